@@ -1,0 +1,1 @@
+// placeholder until protocol has sources

@@ -1,0 +1,77 @@
+// The runner's configuration: every key has a default (the embedded default config), and a
+// config file overrides keys one per line. Format and keys: docs/configuration.md.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "motor/expected.hpp"
+
+namespace motor::runner {
+
+enum class ShutdownPolicy { kKill, kFinish };
+enum class CgroupMode { kAuto, kV2, kV1 };
+
+struct Config {
+  // Where the runner listens and keeps its state.
+  std::string socket_path = "/run/motor/motor.sock";
+  std::string state_dir = "/var/lib/motor";
+  // Per-caller workspaces live under here (default: <state_dir>/workspaces when empty).
+  std::string workspace_root;
+  std::string socket_group = "motor";   // socket is mode 0660, this group
+  std::vector<uid_t> allowed_uids = {0};
+  std::vector<std::string> allowed_groups = {"motor"};
+
+  // Jobs.
+  std::string job_user = "motor-job";
+  std::string cgroup_parent = "motor";  // our own parent cgroup under each hierarchy
+  CgroupMode cgroup_mode = CgroupMode::kAuto;
+  int64_t default_timeout_s = 600;
+  int64_t max_timeout_s = 86400;
+  int64_t default_cpus = 1;
+  int64_t default_memory_bytes = int64_t{2} << 30;
+  int64_t max_memory_bytes = int64_t{16} << 30;
+  int64_t pids_max = 4096;
+  int64_t max_running_jobs = 64;
+  int64_t max_argument_bytes = 256 * 1024;   // command/argv/env total per request
+
+  // Output history kept per job on disk, and per client in flight (backpressure bound).
+  int64_t job_log_max_bytes = int64_t{1} << 30;
+  int64_t client_buffer_bytes = 1 << 20;
+  int64_t finished_jobs_kept = 1000;
+
+  // Sessions.
+  int64_t max_sessions = 1024;
+
+  // SIGTERM: kill running jobs, or wait up to shutdown_grace_s for them to finish first.
+  ShutdownPolicy shutdown = ShutdownPolicy::kKill;
+  int64_t shutdown_grace_s = 30;
+
+  // Environment names forwarded from the caller besides RUST_*, CARGO_*, NEXTEST_*.
+  std::vector<std::string> env_allow = {"CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS",
+                                        "MAKEFLAGS", "LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR",
+                                        "PKG_CONFIG_PATH", "GOFLAGS", "PYTHONDONTWRITEBYTECODE"};
+
+  std::string effective_workspace_root() const {
+    return workspace_root.empty() ? state_dir + "/workspaces" : workspace_root;
+  }
+};
+
+// The embedded default config as text, exactly what a config file with every key at its default
+// would say (also shipped as conf/motor-runner.conf).
+std::string_view default_config_text();
+
+// Parses config text over the defaults. Errors name the key and the line ("line 7: timeout: ...").
+Expected<Config> parse_config(std::string_view text, std::string_view origin = "config");
+
+// Reads and parses a file; a missing file is an error naming the path.
+Expected<Config> load_config_file(const std::string& path);
+
+// Parses sizes like "512", "64K", "2G" (powers of 1024).
+Expected<int64_t> parse_size(std::string_view text);
+
+}  // namespace motor::runner

@@ -1,0 +1,71 @@
+// One job's cgroup, behind one interface for cgroup v2, v1 and this machine's hybrid layout.
+// The driver is detected once at start and says which layout it found.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
+
+namespace motor::sandbox {
+
+struct CgroupLimits {
+  int64_t memory_bytes = 0;  // 0 = no limit
+  int64_t pids_max = 0;      // 0 = no limit
+  std::string cpus;          // cpuset list ("0-1"); empty = inherit parent
+};
+
+class JobCgroup {
+ public:
+  virtual ~JobCgroup() = default;
+  // Identity that survives a runner restart (stored in state.json): the job cgroup's name.
+  virtual const std::string& name() const = 0;
+
+  // A directory fd for clone3(CLONE_INTO_CGROUP), or -1 where the layout has none (pure v1).
+  virtual int clone_into_fd() const = 0;
+  // Fds the child writes "0" into before exec (v1 cgroup.procs of each controller hierarchy).
+  // Opened by the parent so the child does only write(2).
+  virtual const std::vector<int>& child_attach_fds() const = 0;
+
+  // A path whose modification signals a change of "populated" (cgroup.events on v2; empty on
+  // pure v1, where the caller polls populated()).
+  virtual std::string events_path() const = 0;
+  virtual Expected<bool> populated() const = 0;
+
+  // Kills every process in the cgroup, including ones that left the session or ignore SIGTERM:
+  // cgroup.kill on v2; on v1 freeze, SIGKILL every pid, thaw. Returns once the kill is issued;
+  // callers confirm with populated() (or events_path()).
+  virtual Status kill_all() = 0;
+  // True if the memory controller reports an OOM kill in this cgroup.
+  virtual bool oom_killed() const = 0;
+  // Removes the cgroup directories; fails (EBUSY) if processes remain.
+  virtual Status remove() = 0;
+};
+
+class CgroupDriver {
+ public:
+  virtual ~CgroupDriver() = default;
+  // "v2", "v1" or "hybrid" (v1 controllers, v2 for kill/events), for logs and status.
+  virtual std::string layout() const = 0;
+  // Creates <parent>/<name> in every hierarchy used, with limits applied.
+  virtual Expected<std::unique_ptr<JobCgroup>> create(const std::string& name, const CgroupLimits& limits) = 0;
+  // Opens an existing job cgroup (after a runner restart) to kill and remove it.
+  virtual Expected<std::unique_ptr<JobCgroup>> open(const std::string& name) = 0;
+  // Names of job cgroups that exist under our parent (for clean-up on start).
+  virtual std::vector<std::string> list() const = 0;
+};
+
+enum class CgroupPreference { kAuto, kV2, kV1 };
+
+// Detects the host's layout (/proc/self/mountinfo) and creates our parent cgroup `parent`
+// (e.g. "motor") in each hierarchy used. Never touches cgroups it did not create.
+Expected<std::unique_ptr<CgroupDriver>> detect_cgroups(const std::string& parent,
+                                                       CgroupPreference preference = CgroupPreference::kAuto,
+                                                       const std::string& root = "/sys/fs/cgroup");
+
+}  // namespace motor::sandbox

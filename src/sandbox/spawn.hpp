@@ -1,0 +1,54 @@
+// Starts one job process: clone3 with a pidfd, straight into the job's cgroup, stdio on the
+// given pipes, running as the job account. The namespace sandbox plugs in through ChildHooks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
+#include "sandbox/cgroup.hpp"
+
+namespace motor::sandbox {
+
+// What the namespace sandbox adds (src/sandbox/, issue 3). Each hook runs in the child, in this
+// order, and returns 0 or an errno after naming the failing step in `stage` (<= 120 bytes).
+// The child is single-threaded and a copy of the runner: hooks must not touch loop state.
+struct ChildHooks {
+  uint64_t clone_flags = 0;  // CLONE_NEW* flags added to clone3
+  // As root, after stdio and cgroup attach: mounts, pivot_root, hostname, loopback, bounding set.
+  std::function<int(const char*& stage)> before_credentials;
+  // As the job account, just before exec: no_new_privs, capabilities, seccomp.
+  std::function<int(const char*& stage)> after_credentials;
+};
+
+struct SpawnSpec {
+  std::string executable;              // absolute path
+  std::vector<std::string> argv;       // argv[0] included
+  std::vector<std::string> env;        // "NAME=value"; nothing of the runner's own environment
+  std::string cwd;                     // absolute path, entered after the hooks (inside the root)
+  uid_t uid = 0;
+  gid_t gid = 0;
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
+  JobCgroup* cgroup = nullptr;         // required
+  const ChildHooks* hooks = nullptr;   // null: no namespaces
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  // Close-on-exec pipe: EOF with no data = the command was exec'd; otherwise the child wrote
+  // "stage: strerror" and exited 127 before the command ran.
+  UniqueFd setup_status;
+};
+
+Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec);
+
+// Reaps a child whose pidfd became readable. Returns the wait status (as from waitpid).
+Expected<int> reap_pidfd(int pidfd);
+
+}  // namespace motor::sandbox
