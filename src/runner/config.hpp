@@ -51,7 +51,8 @@ struct Config {
   ShutdownPolicy shutdown = ShutdownPolicy::kKill;
   int64_t shutdown_grace_s = 30;
 
-  // Environment names forwarded from the caller besides RUST_*, CARGO_*, NEXTEST_*.
+  // Environment names forwarded from the caller besides RUST_*, CARGO_*, NEXTEST_*, LC_*,
+  // RUSTFLAGS, RUSTDOCFLAGS (runner/env_filter.hpp). An entry ending in '*' is a prefix.
   std::vector<std::string> env_allow = {"CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS",
                                         "MAKEFLAGS", "LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR",
                                         "PKG_CONFIG_PATH", "GOFLAGS", "PYTHONDONTWRITEBYTECODE"};
@@ -59,19 +60,24 @@ struct Config {
   std::string effective_workspace_root() const {
     return workspace_root.empty() ? state_dir + "/workspaces" : workspace_root;
   }
+
+  bool operator==(const Config&) const = default;
 };
 
 // The embedded default config as text, exactly what a config file with every key at its default
 // would say (also shipped as conf/motor-runner.conf).
 std::string_view default_config_text();
 
-// Parses config text over the defaults. Errors name the key and the line ("line 7: timeout: ...").
+// Parses config text over the defaults. Errors (code "config") name the origin, the line and the
+// key: `config /etc/motor.conf line 7: default_timeout_s: expected a whole number of seconds,
+// got "abc"`. An origin of "config" (the default) or "" prints as just `config line 7: ...`.
 Expected<Config> parse_config(std::string_view text, std::string_view origin = "config");
 
 // Reads and parses a file; a missing file is an error naming the path.
 Expected<Config> load_config_file(const std::string& path);
 
-// Parses sizes like "512", "64K", "2G" (powers of 1024).
+// Parses sizes like "512", "64K", "2G" (powers of 1024; suffix K, M or G, either case, optionally
+// followed by "B" or "iB"). Errors (code "config") say what was expected; no origin or line.
 Expected<int64_t> parse_size(std::string_view text);
 
 }  // namespace motor::runner

@@ -1,1 +1,120 @@
-int main() { return 0; }
+// motor-runner: serve (the daemon), connect (the SSH bridge).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "motor/version.hpp"
+#include "runner/config.hpp"
+#include "runner/connect.hpp"
+#include "runner/log.hpp"
+#include "runner/runner.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  motor-runner serve [--config FILE] [--state-dir DIR] [--socket PATH]
+  motor-runner connect [--caller NAME] [--config FILE] [--socket PATH]
+  motor-runner --version
+
+serve    runs the daemon on one event loop (as root); without --config it uses the embedded
+         default config (motor-runner print-config shows it).
+connect  bridges stdin/stdout to the runner's socket, for an authorized_keys forced command:
+           command="motor-runner connect --caller alice" ssh-ed25519 ...
+)";
+
+struct Options {
+  std::string command;
+  std::optional<std::string> config, state_dir, socket, caller;
+};
+
+int usage_error(const std::string& message) {
+  fmt::print(stderr, "motor-runner: {}\n{}", message, kUsage);
+  return 64;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace motor::runner;
+  Options opt;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::optional<std::string>& out) -> bool {
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) {
+        out = a.substr(eq + 1);
+        return true;
+      }
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    if (a == "--version") {
+      fmt::print("motor-runner {} (protocol {})\n", motor::kVersion, motor::kProtocolVersion);
+      return 0;
+    }
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    bool ok = true;
+    if (a.rfind("--config", 0) == 0) ok = value(opt.config);
+    else if (a.rfind("--state-dir", 0) == 0) ok = value(opt.state_dir);
+    else if (a.rfind("--socket", 0) == 0) ok = value(opt.socket);
+    else if (a.rfind("--caller", 0) == 0) ok = value(opt.caller);
+    else if (a.rfind("--", 0) == 0) return usage_error("unknown option " + a);
+    else if (opt.command.empty()) opt.command = a;
+    else return usage_error("unexpected argument " + a);
+    if (!ok) return usage_error(a + " needs a value");
+  }
+  if (opt.command.empty()) return usage_error("no command given");
+
+  auto config = opt.config ? load_config_file(*opt.config) : parse_config(default_config_text(), "embedded default config");
+  if (!config) {
+    fmt::print(stderr, "motor-runner: {}\n", config.error().message);
+    return 78;  // EX_CONFIG
+  }
+  if (opt.state_dir) config->state_dir = *opt.state_dir;
+  if (opt.socket) config->socket_path = *opt.socket;
+
+  if (opt.command == "print-config") {
+    fmt::print("{}", default_config_text());
+    return 0;
+  }
+  if (opt.command == "connect") return run_connect_bridge(config->socket_path, opt.caller);
+  if (opt.command != "serve") return usage_error("unknown command " + opt.command);
+
+  if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
+  if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
+  log_init();
+  if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  int code = 0;
+  {
+    Runner runner(&loop, *config);
+    if (auto s = runner.start(); !s) {
+      log_error("cannot start: {}", s.error().message);
+      code = 1;
+    } else {
+      uv_run(&loop, UV_RUN_DEFAULT);
+      log_info("stopped");
+    }
+  }
+  // Let every handle's close callback run, then release the loop.
+  uv_run(&loop, UV_RUN_NOWAIT);
+  uv_walk(&loop, [](uv_handle_t* h, void*) {
+    if (!uv_is_closing(h)) uv_close(h, nullptr);
+  }, nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return code;
+}

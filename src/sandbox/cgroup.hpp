@@ -45,6 +45,9 @@ class JobCgroup {
   virtual bool oom_killed() const = 0;
   // Removes the cgroup directories; fails (EBUSY) if processes remain.
   virtual Status remove() = 0;
+  // The job's directory in each hierarchy used (v1 controllers, then the unified one), for
+  // logs and for tests that check the limit files.
+  virtual std::vector<std::string> directories() const = 0;
 };
 
 class CgroupDriver {

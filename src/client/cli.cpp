@@ -1,0 +1,334 @@
+#include "client/cli.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "client/connection.hpp"
+#include "client/exit_codes.hpp"
+#include "protocol/json_writer.hpp"
+#include "protocol/size.hpp"
+
+namespace motor::client {
+namespace {
+
+Error usage(std::string message) { return Error{"usage", std::move(message)}; }
+
+std::optional<int64_t> parse_positive(std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+volatile sig_atomic_t g_interrupts = 0;
+bool interrupted() { return g_interrupts > 0; }
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+void print_json_line(const protocol::Message& m) {
+  write_all(STDOUT_FILENO, m.raw);
+  write_all(STDOUT_FILENO, "\n");
+}
+
+std::string describe_refusal(const protocol::Message& m) {
+  std::string s = "motor: the runner refused the job: " + m.outcome.reason;
+  if (m.refusal_detail) s += " (" + *m.refusal_detail + ")";
+  if (protocol::is_transient_refusal(m.outcome.reason)) s += "; try again later";
+  return s + "\n";
+}
+
+// Follows a job's stream (exec.run or exec.attach) to its terminal record. If the connection
+// breaks, reconnects and attaches from the last seq seen + 1: a job is never run twice.
+int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std::string job_id, int64_t last_seq) {
+  bool cancel_sent = false;
+  for (int reconnects = 0;;) {
+    auto m = conn.read(&interrupted);
+    if (!m && m.error().code == "interrupted") {
+      if (g_interrupts > 1 || job_id.empty()) return kExitCancelled;
+      if (!cancel_sent) {
+        fmt::print(stderr, "motor: cancelling job {} (Ctrl-C again to stop waiting)\n", job_id);
+        (void)conn.request("exec.cancel", fmt::format("{{\"job_id\":\"{}\"}}", job_id));
+        cancel_sent = true;
+      }
+      continue;
+    }
+    if (!m) {
+      if (m.error().code != "unreachable" || job_id.empty() || reconnects >= 30) {
+        fmt::print(stderr, "motor: {}\n", m.error().message);
+        return m.error().code == "unreachable" ? kExitTransient : kExitSoftware;
+      }
+      // Resume where we were; the runner keeps the job's history.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200 * (1 + reconnects)));
+      ++reconnects;
+      auto again = Connection::open(o.socket_path);
+      if (!again) continue;
+      conn = std::move(*again);
+      auto id = conn.request("exec.attach", fmt::format("{{\"job_id\":\"{}\",\"from_seq\":{}}}", job_id, last_seq + 1));
+      if (id) request_id = *id;
+      continue;
+    }
+    if (o.json) print_json_line(*m);
+    if (m->id && *m->id != request_id) continue;  // a reply to our cancel
+    if (m->kind == protocol::Message::Kind::kError) {
+      fmt::print(stderr, "motor: {}: {}\n", m->error_code, m->error_message);
+      return m->error_code == "unauthorized" ? kExitNoPermission : m->error_code == "bad_request" ? kExitUsage : kExitSoftware;
+    }
+    if (m->kind != protocol::Message::Kind::kRecord) continue;
+    if (m->seq > 0) last_seq = std::max(last_seq, m->seq);
+    if (m->type == "accepted") {
+      job_id = m->job_id;
+    } else if (m->type == "output" && !o.json) {
+      write_all(m->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, m->bytes);
+    } else if (m->type == "terminal") {
+      if (!o.json) {
+        if (m->outcome.kind == protocol::Outcome::Kind::kRefusedBeforeStart) {
+          write_all(STDERR_FILENO, describe_refusal(*m));
+        } else if (m->killed == std::optional<std::string>("deadline")) {
+          fmt::print(stderr, "motor: job {} was killed at its deadline\n", m->job_id);
+        } else if (m->outcome.kind == protocol::Outcome::Kind::kOutcomeUnknown) {
+          fmt::print(stderr, "motor: job {} ended while the runner was down; its outcome is unknown\n", m->job_id);
+        } else if (m->outcome.kind == protocol::Outcome::Kind::kHistoryExpired) {
+          fmt::print(stderr, "motor: job {}: its history has expired\n", m->job_id);
+        }
+      }
+      return exit_code_for(m->outcome, m->killed);
+    }
+    // Unknown record types are skipped (their seq still counts).
+  }
+}
+
+std::string run_params(const CliOptions& o) {
+  protocol::JsonWriter w;
+  w.begin_object().field("workspace_key", o.workspace_key).field("cwd", o.cwd);
+  if (o.shell_command) {
+    w.field("command", *o.shell_command);
+  } else {
+    w.key("argv").begin_array();
+    for (const auto& a : o.argv) w.string(a);
+    w.end_array();
+  }
+  w.key("env").begin_object();
+  for (const auto& [k, v] : o.env) w.field(k, v);
+  w.end_object();
+  if (o.timeout_s) w.field("timeout", *o.timeout_s);
+  if (o.cpus) w.field("cpus", *o.cpus);
+  if (o.memory_bytes) w.field("memory", *o.memory_bytes);
+  w.end_object();
+  return w.take();
+}
+
+int simple_request(const CliOptions& o, Connection& conn, std::string_view method, const std::string& params,
+                   void (*print)(std::string_view raw)) {
+  auto id = conn.request(method, params);
+  if (!id) {
+    fmt::print(stderr, "motor: {}\n", id.error().message);
+    return kExitTransient;
+  }
+  for (;;) {
+    auto m = conn.read();
+    if (!m) {
+      fmt::print(stderr, "motor: {}\n", m.error().message);
+      return kExitTransient;
+    }
+    if (m->id != *id) continue;
+    if (m->kind == protocol::Message::Kind::kError) {
+      fmt::print(stderr, "motor: {}: {}\n", m->error_code, m->error_message);
+      return m->error_code == "unauthorized" ? kExitNoPermission : kExitSoftware;
+    }
+    if (o.json || !print) print_json_line(*m);
+    else print(m->raw);
+    return 0;
+  }
+}
+
+void print_list(std::string_view raw) {
+  simdjson::dom::parser parser;
+  simdjson::dom::array jobs;
+  if (parser.parse(raw.data(), raw.size())["result"]["jobs"].get_array().get(jobs)) return;
+  fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", "JOB", "STATE", "WORKSPACE", "OUTCOME", "COMMAND");
+  for (auto j : jobs) {
+    auto text = [&](const char* key) {
+      std::string_view v;
+      return j[key].get_string().get(v) ? std::string_view("?") : v;
+    };
+    std::string_view type;
+    std::string outcome = "-";
+    if (!j["outcome"]["type"].get_string().get(type)) {
+      outcome = std::string(type);
+      int64_t n = 0;
+      if (!j["outcome"]["code"].get_int64().get(n)) outcome += fmt::format(" {}", n);
+      if (!j["outcome"]["signal"].get_int64().get(n)) outcome += fmt::format(" {}", n);
+    }
+    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", text("job_id"), text("state"), text("workspace_key"), outcome,
+               text("summary"));
+  }
+}
+
+void print_result(std::string_view raw) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element result;
+  if (parser.parse(raw.data(), raw.size())["result"].get(result)) return;
+  simdjson::dom::object obj;
+  if (result.get_object().get(obj)) return;
+  for (auto [key, value] : obj) fmt::print("{}: {}\n", key, simdjson::minify(value));
+}
+
+}  // namespace
+
+const char* usage_text() {
+  return R"(usage: motor [--socket PATH] COMMAND ...
+
+  motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE]
+            [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
+  motor attach JOB [--from-seq N] [--json]
+  motor status [JOB] [--json]
+  motor cancel JOB
+  motor list [--json]
+
+The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. Options may come before
+or after other arguments. SIZE takes K, M or G (powers of 1024).
+
+`run` streams the job's stdout and stderr and exits with the job's status: its exit code; 128+N
+for signal N; 124 if killed at its deadline; 130 if cancelled (Ctrl-C cancels the job); 75 if
+the runner refused for now (try again later); 69 for a lasting refusal; 64 for usage errors.
+)";
+}
+
+Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket) {
+  CliOptions o;
+  o.socket_path = env_socket && *env_socket ? env_socket : kDefaultSocket;
+  std::vector<std::string> positional;
+  bool rest_is_command = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (rest_is_command) {
+      o.argv.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      rest_is_command = true;
+      continue;
+    }
+    std::string name = a, inline_value;
+    bool has_inline = false;
+    if (a.rfind("--", 0) == 0) {
+      if (auto eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        inline_value = a.substr(eq + 1);
+        has_inline = true;
+      }
+    }
+    auto value = [&]() -> Expected<std::string> {
+      if (has_inline) return inline_value;
+      if (i + 1 >= args.size()) return usage(name + " needs a value");
+      return args[++i];
+    };
+    if (name == "--json") {
+      o.json = true;
+    } else if (name == "--socket") {
+      auto v = value();
+      if (!v) return v.error();
+      o.socket_path = *v;
+    } else if (name == "-w" || name == "--workspace") {
+      auto v = value();
+      if (!v) return v.error();
+      o.workspace_key = *v;
+    } else if (name == "--cwd") {
+      auto v = value();
+      if (!v) return v.error();
+      o.cwd = *v;
+    } else if (name == "--timeout" || name == "--cpus" || name == "--from-seq") {
+      auto v = value();
+      if (!v) return v.error();
+      auto n = parse_positive(*v);
+      if (!n) return usage(fmt::format("{} needs a positive whole number, got \"{}\"", name, *v));
+      if (name == "--timeout") o.timeout_s = n;
+      else if (name == "--cpus") o.cpus = n;
+      else o.from_seq = *n;
+    } else if (name == "--memory") {
+      auto v = value();
+      if (!v) return v.error();
+      auto bytes = protocol::parse_size(*v);
+      if (!bytes || *bytes <= 0) return usage(fmt::format("--memory: expected a size such as 512M or 2G, got \"{}\"", *v));
+      o.memory = *v;
+      o.memory_bytes = *bytes;
+    } else if (name == "--env" || name == "-e") {
+      auto v = value();
+      if (!v) return v.error();
+      const auto eq = v->find('=');
+      if (eq == std::string::npos || eq == 0) return usage(fmt::format("--env needs NAME=VALUE, got \"{}\"", v->substr(0, v->find('='))));
+      o.env.emplace_back(v->substr(0, eq), v->substr(eq + 1));
+    } else if (name == "-c") {
+      auto v = value();
+      if (!v) return v.error();
+      o.shell_command = *v;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage("unknown option " + name);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.empty()) return usage("no command given (run, attach, status, cancel or list)");
+  o.command = positional[0];
+  const size_t extra = positional.size() - 1;
+  if (o.command == "run") {
+    if (extra > 0) return usage("run takes the command after -- (or -c 'SHELL COMMAND'), got \"" + positional[1] + "\"");
+    if (o.shell_command && !o.argv.empty()) return usage("give either -c 'SHELL COMMAND' or -- CMD ARGS, not both");
+    if (!o.shell_command && o.argv.empty()) return usage("run needs a command: -- CMD [ARGS...] or -c 'SHELL COMMAND'");
+  } else if (o.command == "attach" || o.command == "cancel") {
+    if (extra != 1) return usage(o.command + " needs exactly one job id");
+    o.job_id = positional[1];
+  } else if (o.command == "status") {
+    if (extra > 1) return usage("status takes at most one job id");
+    if (extra == 1) o.job_id = positional[1];
+  } else if (o.command == "list") {
+    if (extra > 0) return usage("list takes no arguments");
+  } else {
+    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel or list)");
+  }
+  if (o.command != "run" && (!o.argv.empty() || o.shell_command)) return usage("only run takes a command");
+  return o;
+}
+
+int run_cli(const CliOptions& o) {
+  auto conn = Connection::open(o.socket_path);
+  if (!conn) {
+    fmt::print(stderr, "motor: {}\n", conn.error().message);
+    return kExitTransient;
+  }
+  if (o.command == "run" || o.command == "attach") {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_interrupts = g_interrupts + 1; };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);  // no SA_RESTART: the wait wakes up and cancels the job
+    signal(SIGPIPE, SIG_IGN);
+    const bool run = o.command == "run";
+    auto id = run ? conn->request("exec.run", run_params(o))
+                  : conn->request("exec.attach", fmt::format("{{\"job_id\":\"{}\",\"from_seq\":{}}}", o.job_id, o.from_seq));
+    if (!id) {
+      fmt::print(stderr, "motor: {}\n", id.error().message);
+      return kExitTransient;
+    }
+    return follow_stream(o, *conn, *id, run ? "" : o.job_id, run ? 0 : o.from_seq - 1);
+  }
+  const std::string job = o.job_id.empty() ? "{}" : fmt::format("{{\"job_id\":\"{}\"}}", o.job_id);
+  if (o.command == "status") return simple_request(o, *conn, "exec.status", job, print_result);
+  if (o.command == "cancel") return simple_request(o, *conn, "exec.cancel", job, print_result);
+  return simple_request(o, *conn, "exec.list", "{}", print_list);
+}
+
+}  // namespace motor::client

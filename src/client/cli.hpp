@@ -1,0 +1,42 @@
+// The `motor` command line: parsing (pure, unit-tested) and the commands.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "motor/expected.hpp"
+
+namespace motor::client {
+
+struct CliOptions {
+  std::string command;                 // run | attach | status | cancel | list
+  std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
+  std::string workspace_key = "default";
+  std::string cwd;
+  std::optional<int64_t> timeout_s;
+  std::optional<int64_t> cpus;
+  std::optional<std::string> memory;   // as given ("2G"); checked here, sent as bytes
+  std::optional<int64_t> memory_bytes;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::optional<std::string> shell_command;  // -c
+  std::vector<std::string> argv;             // after --
+  std::string job_id;                        // attach/status/cancel
+  int64_t from_seq = 1;
+  bool json = false;
+};
+
+inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";
+
+// Options may come before or after positional arguments; everything after "--" is the command.
+// Errors are usage errors: the message names the problem and the fix.
+Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket);
+
+const char* usage_text();
+
+// Runs the parsed command; returns the process exit code.
+int run_cli(const CliOptions& options);
+
+}  // namespace motor::client

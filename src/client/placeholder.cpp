@@ -1,1 +1,0 @@
-// placeholder until client has sources

@@ -1,0 +1,441 @@
+#include "protocol/messages.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "protocol/base64.hpp"
+#include "protocol/size.hpp"
+
+namespace motor::protocol {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+Error bad(std::string message) { return Error{"bad_request", std::move(message)}; }
+
+const char* type_name(element_type t) {
+  switch (t) {
+    case element_type::ARRAY: return "an array";
+    case element_type::OBJECT: return "an object";
+    case element_type::INT64:
+    case element_type::UINT64:
+    case element_type::DOUBLE: return "a number";
+    case element_type::STRING: return "a string";
+    case element_type::BOOL: return "a boolean";
+    case element_type::NULL_VALUE: return "null";
+  }
+  return "something else";
+}
+
+Expected<element> parse_json(simdjson::dom::parser& parser, std::string_view text) {
+  element root;
+  // simdjson validates UTF-8 for the whole document as part of parsing.
+  const auto err = parser.parse(text.data(), text.size()).get(root);
+  if (err == simdjson::UTF8_ERROR) return bad("frame is not valid UTF-8");
+  if (err) return bad(fmt::format("frame is not valid JSON ({})", simdjson::error_message(err)));
+  return root;
+}
+
+// Reads typed fields of one object; the first problem becomes the error, naming the field.
+class FieldReader {
+ public:
+  FieldReader(object obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  std::optional<element> get(std::string_view name) {
+    element e;
+    if (obj_.at_key(name).get(e)) return std::nullopt;
+    if (e.is_null()) return std::nullopt;  // null means absent: every field is nullable
+    return e;
+  }
+
+  template <typename F>
+  void string(std::string_view name, F&& sink, bool required = false) {
+    auto e = get(name);
+    if (!e) {
+      if (required) fail(fmt::format("missing field \"{}{}\"", prefix_, name));
+      return;
+    }
+    std::string_view s;
+    if (e->get_string().get(s)) return wrong(name, "a string", *e);
+    if (s.find('\0') != std::string_view::npos) return fail(fmt::format("field \"{}{}\" contains a NUL byte", prefix_, name));
+    sink(std::string(s));
+  }
+
+  void integer(std::string_view name, std::optional<int64_t>& out, int64_t min, int64_t max) {
+    auto e = get(name);
+    if (!e) return;
+    int64_t v = 0;
+    if (e->type() == element_type::DOUBLE) {
+      double d = 0;
+      if (e->get_double().get(d)) return wrong(name, "a number", *e);
+      if (d != std::floor(d) || d < static_cast<double>(min) || d > static_cast<double>(max)) return range(name, min, max);
+      out = static_cast<int64_t>(d);
+      return;
+    }
+    if (e->get_int64().get(v)) {
+      if (e->type() == element_type::UINT64) return range(name, min, max);
+      return wrong(name, "a whole number", *e);
+    }
+    if (v < min || v > max) return range(name, min, max);
+    out = v;
+  }
+
+  void number(std::string_view name, std::optional<double>& out) {
+    auto e = get(name);
+    if (!e) return;
+    double d = 0;
+    if (e->get_double().get(d)) return wrong(name, "a number", *e);
+    out = d;
+  }
+
+  void boolean(std::string_view name, bool& out) {
+    auto e = get(name);
+    if (!e) return;
+    bool b = false;
+    if (e->get_bool().get(b)) return wrong(name, "a boolean", *e);
+    out = b;
+  }
+
+  void string_list(std::string_view name, std::vector<std::string>& out, size_t max_items) {
+    auto e = get(name);
+    if (!e) return;
+    simdjson::dom::array arr;
+    if (e->get_array().get(arr)) return wrong(name, "an array of strings", *e);
+    if (arr.size() > max_items) return fail(fmt::format("field \"{}{}\" has more than {} items", prefix_, name, max_items));
+    size_t i = 0;
+    for (element item : arr) {
+      std::string_view s;
+      if (item.get_string().get(s)) {
+        return fail(fmt::format("field \"{}{}[{}]\" must be a string, got {}", prefix_, name, i, type_name(item.type())));
+      }
+      if (s.find('\0') != std::string_view::npos) return fail(fmt::format("field \"{}{}[{}]\" contains a NUL byte", prefix_, name, i));
+      out.emplace_back(s);
+      ++i;
+    }
+  }
+
+  void fail(std::string message) {
+    if (!error_) error_ = bad(std::move(message));
+  }
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  void wrong(std::string_view name, const char* want, element e) {
+    fail(fmt::format("field \"{}{}\" must be {}, got {}", prefix_, name, want, type_name(e.type())));
+  }
+  void range(std::string_view name, int64_t min, int64_t max) {
+    fail(fmt::format("field \"{}{}\" must be a whole number from {} to {}", prefix_, name, min, max));
+  }
+
+  object obj_;
+  std::string prefix_;
+  std::optional<Error> error_;
+};
+
+Expected<object> parse_params_object(simdjson::dom::parser& parser, std::string_view params_json) {
+  auto root = parse_json(parser, params_json);
+  if (!root) return root.error();
+  object obj;
+  if (root->get_object().get(obj)) return bad("\"params\" must be an object");
+  return obj;
+}
+
+Expected<int64_t> parse_size_value(element e) {
+  int64_t v = 0;
+  std::string_view s;
+  if (!e.get_int64().get(v)) {
+    if (v <= 0) return bad("field \"params.memory\" must be a positive size");
+    return v;
+  }
+  if (e.get_string().get(s)) return bad("field \"params.memory\" must be bytes or a size like \"512M\"");
+  auto size = parse_size(s);
+  if (!size) return bad("field \"params.memory\": " + size.error().message);
+  if (*size <= 0) return bad("field \"params.memory\" must be a positive size");
+  return size;
+}
+
+}  // namespace
+
+Expected<Request> parse_request(simdjson::dom::parser& parser, std::string_view payload, std::optional<int64_t>* id_out) {
+  auto root = parse_json(parser, payload);
+  if (!root) return root.error();
+  object obj;
+  if (root->get_object().get(obj)) return bad("a request must be a JSON object");
+  Request req;
+  element id;
+  if (obj.at_key("id").get(id)) return bad("missing field \"id\"");
+  if (id.get_int64().get(req.id)) return bad(fmt::format("field \"id\" must be a whole number, got {}", type_name(id.type())));
+  if (id_out) *id_out = req.id;
+  element method;
+  if (obj.at_key("method").get(method)) return bad("missing field \"method\"");
+  std::string_view m;
+  if (method.get_string().get(m)) return bad(fmt::format("field \"method\" must be a string, got {}", type_name(method.type())));
+  if (m.empty() || m.size() > 64) return bad("field \"method\" must name a method");
+  req.method = std::string(m);
+  element params;
+  if (!obj.at_key("params").get(params) && !params.is_null()) {
+    if (params.type() != element_type::OBJECT) return bad(fmt::format("field \"params\" must be an object, got {}", type_name(params.type())));
+    req.params_json = simdjson::minify(params);
+  }
+  return req;
+}
+
+bool is_job_id(std::string_view s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_view params_json, size_t max_argument_bytes) {
+  auto obj = parse_params_object(parser, params_json);
+  if (!obj) return obj.error();
+  FieldReader r(*obj, "params.");
+  RunParams p;
+  r.string("workspace_key", [&](std::string s) { p.workspace_key = std::move(s); });
+  r.string("repository_root", [&](std::string s) { p.repository_root = std::move(s); });
+  r.string("cwd", [&](std::string s) { p.cwd = std::move(s); });
+  r.string("command", [&](std::string s) { p.command = std::move(s); });
+  r.string_list("argv", p.argv, 65536);
+  r.number("weight_hint", p.weight_hint);
+  r.integer("timeout", p.timeout_s, 1, int64_t{1} << 40);
+  if (!p.timeout_s) r.integer("timeout_s", p.timeout_s, 1, int64_t{1} << 40);
+  r.integer("queue_wait_limit_s", p.queue_wait_limit_s, 0, int64_t{1} << 40);
+  r.string_list("siblings", p.siblings, 64);
+  r.integer("cpus", p.cpus, 1, 4096);
+  if (auto mem = r.get("memory")) {
+    auto size = parse_size_value(*mem);
+    if (!size) r.fail(size.error().message);
+    else p.memory_bytes = *size;
+  }
+  r.string("network", [&](std::string s) { p.network = std::move(s); });
+  r.string("platform", [&](std::string s) { p.platform = std::move(s); });
+  r.boolean("direct", p.direct);
+  if (auto env = r.get("env")) {
+    object env_obj;
+    if (env->get_object().get(env_obj)) {
+      r.fail(fmt::format("field \"params.env\" must be an object of strings, got {}", type_name(env->type())));
+    } else {
+      for (auto [name, value] : env_obj) {
+        std::string_view v;
+        if (value.get_string().get(v)) {
+          r.fail(fmt::format("field \"params.env.{}\" must be a string", std::string(name.substr(0, 64))));
+          break;
+        }
+        p.env.emplace_back(std::string(name), std::string(v));
+      }
+    }
+  }
+  if (r.error()) return *r.error();
+
+  if (p.command && !p.argv.empty()) return bad("give either \"command\" or \"argv\", not both");
+  if (!p.command && p.argv.empty()) return bad("missing field \"command\" (or \"argv\")");
+  if (p.command && p.command->empty()) return bad("field \"command\" is empty");
+  if (!p.argv.empty() && p.argv[0].empty()) return bad("field \"argv[0]\" is empty");
+  if (p.network != "offline" && p.network != "outbound") return bad("field \"network\" must be \"offline\" or \"outbound\"");
+  if (p.platform != "linux" && p.platform != "windows") return bad("field \"platform\" must be \"linux\" or \"windows\"");
+  size_t total = p.command ? p.command->size() : 0;
+  for (const auto& a : p.argv) total += a.size() + 1;
+  for (const auto& [k, v] : p.env) total += k.size() + v.size() + 2;
+  if (total > max_argument_bytes) {
+    return bad(fmt::format("command, argv and env total {} bytes, over the runner's limit of {} bytes", total, max_argument_bytes));
+  }
+  return p;
+}
+
+Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view params_json, bool job_id_required) {
+  auto obj = parse_params_object(parser, params_json);
+  if (!obj) return obj.error();
+  FieldReader r(*obj, "params.");
+  JobRef ref;
+  r.string("job_id", [&](std::string s) { ref.job_id = std::move(s); }, job_id_required);
+  std::optional<int64_t> from;
+  r.integer("from_seq", from, 1, INT64_MAX);
+  if (r.error()) return *r.error();
+  if (from) ref.from_seq = *from;
+  if (!ref.job_id.empty() && !is_job_id(ref.job_id)) return bad("field \"params.job_id\" is not a job id (a lowercase UUID)");
+  return ref;
+}
+
+Expected<std::string> parse_identify(simdjson::dom::parser& parser, std::string_view params_json) {
+  auto obj = parse_params_object(parser, params_json);
+  if (!obj) return obj.error();
+  FieldReader r(*obj, "params.");
+  std::string caller;
+  r.string("caller", [&](std::string s) { caller = std::move(s); }, true);
+  if (r.error()) return *r.error();
+  if (caller.empty() || caller.size() > 64) return bad("field \"params.caller\" must be 1 to 64 characters");
+  for (char c : caller) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '@')) {
+      return bad("field \"params.caller\" may hold only letters, digits and - _ . @");
+    }
+  }
+  return caller;
+}
+
+std::string encode_result(int64_t id, std::string_view result_json) {
+  return fmt::format("{{\"id\":{},\"result\":{}}}", id, result_json);
+}
+
+std::string encode_error(std::optional<int64_t> id, std::string_view code, std::string_view message) {
+  JsonWriter w;
+  w.begin_object();
+  if (id) w.field("id", *id);
+  else w.field_null("id");
+  w.key("error").begin_object().field("code", code).field("message", message).end_object();
+  w.end_object();
+  return w.take();
+}
+
+std::string with_request_id(int64_t id, std::string_view record_json) {
+  // record_json always starts with '{' followed by at least one field.
+  return fmt::format("{{\"id\":{},{}", id, record_json.substr(1));
+}
+
+void write_outcome(JsonWriter& w, const Outcome& o) {
+  w.begin_object();
+  switch (o.kind) {
+    case Outcome::Kind::kExit: w.field("type", "exit").field("code", o.code); break;
+    case Outcome::Kind::kSignal: w.field("type", "signal").field("signal", o.signal); break;
+    case Outcome::Kind::kCancelled: w.field("type", "cancelled"); break;
+    case Outcome::Kind::kRefusedBeforeStart: w.field("type", "refused_before_start").field("reason", o.reason); break;
+    case Outcome::Kind::kOutcomeUnknown: w.field("type", "outcome_unknown"); break;
+    case Outcome::Kind::kHistoryExpired: w.field("type", "history_expired"); break;
+  }
+  w.end_object();
+}
+
+Expected<Outcome> parse_outcome(element e) {
+  object obj;
+  if (e.get_object().get(obj)) return bad("\"outcome\" must be an object");
+  std::string_view type;
+  if (obj.at_key("type").get_string().get(type)) return bad("\"outcome.type\" is missing");
+  Outcome o;
+  int64_t n = 0;
+  if (type == "exit") {
+    o.kind = Outcome::Kind::kExit;
+    if (obj.at_key("code").get_int64().get(n)) return bad("\"outcome.code\" is missing");
+    o.code = static_cast<int>(n);
+  } else if (type == "signal") {
+    o.kind = Outcome::Kind::kSignal;
+    if (obj.at_key("signal").get_int64().get(n)) return bad("\"outcome.signal\" is missing");
+    o.signal = static_cast<int>(n);
+  } else if (type == "cancelled") {
+    o.kind = Outcome::Kind::kCancelled;
+  } else if (type == "refused_before_start") {
+    o.kind = Outcome::Kind::kRefusedBeforeStart;
+    std::string_view reason;
+    if (!obj.at_key("reason").get_string().get(reason)) o.reason = std::string(reason);
+  } else if (type == "history_expired") {
+    o.kind = Outcome::Kind::kHistoryExpired;
+  } else {
+    o.kind = Outcome::Kind::kOutcomeUnknown;  // outcome_unknown, and any kind we do not know
+  }
+  return o;
+}
+
+bool is_transient_refusal(std::string_view reason) {
+  return reason == "runner_draining" || reason == "runner_disk_full" || reason == "runner_full" ||
+         reason == "unreachable" || reason == "queue_wait_exceeded" || reason == "transfer_interrupted";
+}
+
+std::string encode_accepted(const AcceptedRecord& r) {
+  JsonWriter w;
+  w.begin_object().field("type", "accepted").field("job_id", r.job_id).field("queue_position", r.queue_position);
+  w.key("env_not_forwarded").begin_array();
+  for (const auto& n : r.env_not_forwarded) w.string(n);
+  w.end_array();
+  w.field("platform", r.platform).field("network", r.network);
+  if (r.secret) w.field("secret", *r.secret);
+  w.end_object();
+  return w.take();
+}
+
+std::string encode_started(int64_t seq, int64_t queue_wait_ms, int64_t started_at_ms) {
+  return fmt::format("{{\"type\":\"started\",\"seq\":{},\"queue_wait_ms\":{},\"started_at_ms\":{}}}", seq, queue_wait_ms,
+                     started_at_ms);
+}
+
+std::string encode_output(int64_t seq, std::string_view stream, std::string_view bytes, std::optional<int64_t> truncated_before_seq) {
+  std::string out;
+  out.reserve(bytes.size() / 3 * 4 + 96);
+  fmt::format_to(std::back_inserter(out), "{{\"type\":\"output\",\"seq\":{},\"stream\":\"{}\",\"bytes\":\"", seq, stream);
+  base64_append(out, bytes);
+  out.push_back('"');
+  if (truncated_before_seq) fmt::format_to(std::back_inserter(out), ",\"truncated_before_seq\":{}", *truncated_before_seq);
+  out.push_back('}');
+  return out;
+}
+
+std::string encode_terminal(const TerminalRecord& r) {
+  JsonWriter w;
+  w.begin_object().field("type", "terminal").field("job_id", r.job_id).field("seq", r.seq);
+  w.key("outcome");
+  write_outcome(w, r.outcome);
+  w.field("killed", r.killed).field("wall_ms", r.wall_ms).field("queue_wait_ms", r.queue_wait_ms);
+  w.field("bundle_bytes", r.bundle_bytes).field("ran", r.ran).field_null("tree_hash");
+  // Workspace reports come with workspaces (issue 7): null = not computed.
+  w.field_null("workspace_changes").field_null("untracked_files").field_null("ignored_writes").field_null("git_state_changed");
+  w.field("refusal_detail", r.refusal_detail).field("retry_after_ms", r.retry_after_ms);
+  w.field_null("pipestatus");
+  w.field("oom_killed", r.oom_killed).field("platform", r.platform).field("network", r.network);
+  w.end_object();
+  return w.take();
+}
+
+Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view payload) {
+  auto root = parse_json(parser, payload);
+  if (!root) return root.error();
+  object obj;
+  if (root->get_object().get(obj)) return bad("a message must be a JSON object");
+  Message m;
+  m.raw = std::string(payload);
+  int64_t id = 0;
+  if (!obj.at_key("id").get_int64().get(id)) m.id = id;
+  element e;
+  if (!obj.at_key("error").get(e)) {
+    m.kind = Message::Kind::kError;
+    std::string_view s;
+    if (!e.at_key("code").get_string().get(s)) m.error_code = std::string(s);
+    if (!e.at_key("message").get_string().get(s)) m.error_message = std::string(s);
+    return m;
+  }
+  if (!obj.at_key("result").get(e)) {
+    m.kind = Message::Kind::kResult;
+    return m;
+  }
+  std::string_view type;
+  if (obj.at_key("type").get_string().get(type)) return bad("a message has neither \"result\", \"error\" nor \"type\"");
+  m.kind = Message::Kind::kRecord;
+  m.type = std::string(type);
+  if (obj.at_key("seq").get_int64().get(m.seq)) m.seq = 0;
+  std::string_view s;
+  if (!obj.at_key("job_id").get_string().get(s)) m.job_id = std::string(s);
+  if (m.type == "output") {
+    if (obj.at_key("stream").get_string().get(s)) return bad("output record without \"stream\"");
+    m.stream = std::string(s);
+    if (obj.at_key("bytes").get_string().get(s)) return bad("output record without \"bytes\"");
+    auto bytes = base64_decode(s);
+    if (!bytes) return bad("output record whose \"bytes\" is not base64");
+    m.bytes = std::move(*bytes);
+  } else if (m.type == "terminal") {
+    if (obj.at_key("outcome").get(e)) return bad("terminal record without \"outcome\"");
+    auto o = parse_outcome(e);
+    if (!o) return o.error();
+    m.outcome = *o;
+    if (!obj.at_key("killed").get_string().get(s)) m.killed = std::string(s);
+    if (!obj.at_key("refusal_detail").get_string().get(s)) m.refusal_detail = std::string(s);
+  }
+  return m;
+}
+
+}  // namespace motor::protocol

@@ -1,0 +1,134 @@
+// Requests and their parameters, decoded with simdjson; replies and stream records, encoded with
+// fmt. Field names follow exec-remote/v1 (docs/protocol.md); Motor's additions are marked (ext).
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "protocol/json_writer.hpp"
+
+namespace motor::protocol {
+
+struct Request {
+  int64_t id = 0;
+  std::string method;
+  std::string params_json = "{}";  // the params object as received (validated JSON)
+};
+
+// Decodes the envelope. On error, *id_out is set if the id could be read, so the error reply can
+// name it. Errors are "bad_request" with a message naming the field.
+Expected<Request> parse_request(simdjson::dom::parser& parser, std::string_view payload, std::optional<int64_t>* id_out);
+
+// exec.run
+struct RunParams {
+  std::string workspace_key = "default";
+  std::string repository_root;
+  std::string cwd;                          // relative to the workspace; "" = its root
+  std::optional<std::string> command;       // run by /bin/sh -c
+  std::vector<std::string> argv;            // (ext) run without a shell
+  std::vector<std::pair<std::string, std::string>> env;
+  std::optional<double> weight_hint;
+  std::optional<int64_t> timeout_s;
+  std::optional<int64_t> queue_wait_limit_s;
+  std::vector<std::string> siblings;
+  std::optional<int64_t> cpus;              // (ext)
+  std::optional<int64_t> memory_bytes;      // (ext) "memory": bytes, or a string with K/M/G
+  std::string network = "offline";          // (ext) offline | outbound
+  std::string platform = "linux";           // (ext) linux | windows
+  bool direct = false;                      // (ext)
+};
+Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_view params_json,
+                                     size_t max_argument_bytes);
+
+// exec.cancel / exec.attach / exec.status with a job id
+struct JobRef {
+  std::string job_id;  // empty when absent and optional
+  int64_t from_seq = 1;
+};
+Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view params_json, bool job_id_required);
+
+// runner.identify (only from the runner's own account: `motor-runner connect`)
+Expected<std::string> parse_identify(simdjson::dom::parser& parser, std::string_view params_json);
+
+// A job id: a UUID in canonical lowercase form.
+bool is_job_id(std::string_view text);
+
+// ---- replies ----
+std::string encode_result(int64_t id, std::string_view result_json);
+std::string encode_error(std::optional<int64_t> id, std::string_view code, std::string_view message);
+
+// Stream records are stored once without a request id and sent with the id of each request that
+// follows the job: {"type":...} becomes {"id":N,"type":...}.
+std::string with_request_id(int64_t id, std::string_view record_json);
+
+// ---- outcomes and records ----
+struct Outcome {
+  enum class Kind { kExit, kSignal, kCancelled, kRefusedBeforeStart, kOutcomeUnknown, kHistoryExpired };
+  Kind kind = Kind::kOutcomeUnknown;
+  int code = 0;        // kExit
+  int signal = 0;      // kSignal
+  std::string reason;  // kRefusedBeforeStart
+};
+void write_outcome(JsonWriter& w, const Outcome& outcome);
+Expected<Outcome> parse_outcome(simdjson::dom::element element);
+
+// Transient refusals carry retry_after_ms; a client may try again later.
+bool is_transient_refusal(std::string_view reason);
+
+struct AcceptedRecord {
+  std::string job_id;
+  int64_t queue_position = 0;
+  std::vector<std::string> env_not_forwarded;
+  std::string platform = "linux";
+  std::string network = "offline";
+  std::optional<std::string> secret;  // direct jobs only, only on the submitting connection
+};
+std::string encode_accepted(const AcceptedRecord& r);
+
+std::string encode_started(int64_t seq, int64_t queue_wait_ms, int64_t started_at_ms);
+std::string encode_output(int64_t seq, std::string_view stream, std::string_view bytes,
+                          std::optional<int64_t> truncated_before_seq = std::nullopt);
+
+struct TerminalRecord {
+  std::string job_id;
+  int64_t seq = 0;  // (ext) terminal is the job's last record
+  Outcome outcome;
+  std::optional<std::string> killed;  // "deadline" | "cancel"
+  int64_t wall_ms = 0;
+  int64_t queue_wait_ms = 0;
+  int64_t bundle_bytes = 0;
+  std::optional<std::string> ran;     // "remote" | "none"; null only for expired history
+  std::optional<std::string> refusal_detail;
+  std::optional<int64_t> retry_after_ms;
+  bool oom_killed = false;            // (ext)
+  std::string platform = "linux";
+  std::string network = "offline";
+};
+std::string encode_terminal(const TerminalRecord& r);
+
+// ---- client side ----
+// One frame from the runner: a reply (result or error) or a stream record.
+struct Message {
+  std::optional<int64_t> id;
+  enum class Kind { kResult, kError, kRecord } kind = Kind::kRecord;
+  std::string error_code, error_message;  // kError
+  std::string type;                        // kRecord: accepted, started, output, terminal, ...
+  int64_t seq = 0;
+  std::string job_id;
+  std::string stream;                      // output
+  std::string bytes;                       // output, decoded
+  Outcome outcome;                         // terminal
+  std::optional<std::string> killed;       // terminal
+  std::optional<std::string> refusal_detail;
+  std::string raw;                         // the frame as received
+};
+Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view payload);
+
+}  // namespace motor::protocol

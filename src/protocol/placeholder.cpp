@@ -1,1 +1,0 @@
-// placeholder until protocol has sources

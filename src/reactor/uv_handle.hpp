@@ -1,0 +1,54 @@
+// Ownership of libuv handles: the owner holds a UvHandle<T>; destroying it closes the handle and
+// the memory is freed in the close callback, after libuv is done with it. The handle's data
+// pointer is cleared first, so no callback reaches an owner that is gone.
+#pragma once
+
+#include <uv.h>
+
+namespace motor::reactor {
+
+template <typename T>
+class UvHandle {
+ public:
+  UvHandle() : h_(new T{}) {}
+  UvHandle(const UvHandle&) = delete;
+  UvHandle& operator=(const UvHandle&) = delete;
+  ~UvHandle() { close(); }
+
+  T* get() const { return h_; }
+  T* operator->() const { return h_; }
+  uv_handle_t* handle() const { return reinterpret_cast<uv_handle_t*>(h_); }
+  uv_stream_t* stream() const { return reinterpret_cast<uv_stream_t*>(h_); }
+
+  // Call after a successful uv_*_init: from then on the handle must be closed through libuv.
+  void initialized(void* owner) {
+    h_->data = owner;
+    live_ = true;
+  }
+  bool live() const { return h_ && live_; }
+
+  void close() {
+    if (!h_) return;
+    if (live_) {
+      h_->data = nullptr;
+      if (!uv_is_closing(handle())) {
+        uv_close(handle(), [](uv_handle_t* h) { delete reinterpret_cast<T*>(h); });
+      }
+    } else {
+      delete h_;
+    }
+    h_ = nullptr;
+    live_ = false;
+  }
+
+ private:
+  T* h_;
+  bool live_ = false;
+};
+
+template <typename Owner, typename T>
+Owner* owner_of(T* handle) {
+  return static_cast<Owner*>(handle->data);
+}
+
+}  // namespace motor::reactor

@@ -1,0 +1,106 @@
+#include "runner/connect.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "protocol/frame.hpp"
+#include "protocol/json_writer.hpp"
+
+namespace motor::runner {
+namespace {
+
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_exact(int fd, char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t r = ::read(fd, data, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    data += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_connect_bridge(const std::string& socket_path, const std::optional<std::string>& caller) {
+  int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof addr.sun_path) {
+    fmt::print(stderr, "motor-runner connect: socket path too long: {}\n", socket_path);
+    return 64;
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+    fmt::print(stderr, "motor-runner connect: cannot reach the runner at {}: {}\n", socket_path, std::strerror(errno));
+    return 69;
+  }
+  if (caller) {
+    // Name the caller for this session; the reply is the bridge's, not the client's.
+    protocol::JsonWriter w;
+    w.begin_object().field("id", 0).field("method", "runner.identify");
+    w.key("params").begin_object().field("caller", *caller).end_object().end_object();
+    const std::string frame = protocol::encode_frame(w.str());
+    char header[4];
+    if (!write_all(sock, frame.data(), frame.size()) || !read_exact(sock, header, 4)) {
+      fmt::print(stderr, "motor-runner connect: the runner closed the connection\n");
+      return 69;
+    }
+    const uint32_t len = (uint32_t{static_cast<unsigned char>(header[0])} << 24) |
+                         (uint32_t{static_cast<unsigned char>(header[1])} << 16) |
+                         (uint32_t{static_cast<unsigned char>(header[2])} << 8) | static_cast<unsigned char>(header[3]);
+    if (len > protocol::kMaxFrameBytes) return 76;
+    std::string reply(len, '\0');
+    if (!read_exact(sock, reply.data(), len)) return 69;
+    if (reply.find("\"error\"") != std::string::npos) {
+      fmt::print(stderr, "motor-runner connect: the runner refused the caller name: {}\n", reply);
+      return 77;
+    }
+  }
+  // Copy bytes both ways until the runner closes; stdin's EOF half-closes the socket.
+  std::vector<char> buf(64 * 1024);
+  bool stdin_open = true;
+  for (;;) {
+    pollfd fds[2] = {{sock, POLLIN, 0}, {STDIN_FILENO, static_cast<short>(stdin_open ? POLLIN : 0), 0}};
+    if (poll(fds, stdin_open ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      return 70;
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      const ssize_t n = ::read(sock, buf.data(), buf.size());
+      if (n <= 0) return 0;
+      if (!write_all(STDOUT_FILENO, buf.data(), static_cast<size_t>(n))) return 0;
+    }
+    if (stdin_open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      const ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+      if (n <= 0) {
+        stdin_open = false;
+        shutdown(sock, SHUT_WR);
+      } else if (!write_all(sock, buf.data(), static_cast<size_t>(n))) {
+        return 0;
+      }
+    }
+  }
+}
+
+}  // namespace motor::runner

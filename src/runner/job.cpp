@@ -1,0 +1,437 @@
+#include "runner/job.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "motor/sys_error.hpp"
+#include "runner/log.hpp"
+#include "runner/runner.hpp"
+#include "runner/session.hpp"
+
+namespace motor::runner {
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// How often a cgroup that is being killed is checked for emptiness.
+constexpr uint64_t kEmptyPollMs = 5;
+// How often output held back by a full disk is offered to the log again.
+constexpr uint64_t kLogRetryMs = 1000;
+
+}  // namespace
+
+Job::Job(Runner& runner, std::string id, std::string caller, std::string workspace_key)
+    : runner_(runner), id_(std::move(id)), caller_(std::move(caller)), workspace_key_(std::move(workspace_key)) {
+  created_at_ms_ = now_ms();
+}
+
+Job::~Job() {
+  // A job is only destroyed once finished (or at exit, after every job finished).
+  for (auto& f : followers_) {
+    auto& ids = f.session->followed_jobs();
+    std::erase(ids, id_);
+  }
+}
+
+std::unique_ptr<Job> Job::restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
+                                  std::string summary, int64_t created_at_ms, std::string terminal_json) {
+  auto job = std::make_unique<Job>(runner, std::move(id), std::move(caller), std::move(workspace_key));
+  job->summary_ = std::move(summary);
+  job->created_at_ms_ = created_at_ms;
+  job->terminal_json_ = std::move(terminal_json);
+  job->state_ = State::kFinished;
+  return job;
+}
+
+Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks) {
+  summary_ = launch.summary;
+  memory_bytes_ = launch.memory_bytes;
+  network_ = launch.network;
+  platform_ = launch.platform;
+  cgroup_name_ = "job-" + id_;
+  sandbox::CgroupLimits limits;
+  limits.memory_bytes = launch.memory_bytes;
+  limits.pids_max = launch.pids_max;
+  auto cg = cgroups.create(cgroup_name_, limits);
+  if (!cg) return cg.error();
+  cgroup_ = std::move(*cg);
+  // From here on a failure must remove the cgroup again.
+  auto fail = [&](Error e) -> Status {
+    if (cgroup_) (void)cgroup_->remove();
+    cgroup_.reset();
+    return e;
+  };
+
+  auto log = JobLog::create(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
+  if (!log) return fail(log.error());
+  log_.emplace(std::move(*log));
+
+  // Recorded before the clone: if the runner dies after it, the restart finds the cgroup.
+  runner_.save_state();
+
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
+  if (pipe2(err_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null) return fail(sys_error("opening /dev/null"));
+
+  sandbox::SpawnSpec spec;
+  spec.executable = launch.executable;
+  spec.argv = launch.argv;
+  spec.env = launch.env;
+  spec.cwd = launch.cwd;
+  spec.uid = runner_.job_account().uid;
+  spec.gid = runner_.job_account().gid;
+  spec.stdin_fd = dev_null.get();
+  spec.stdout_fd = out_write.get();
+  spec.stderr_fd = err_write.get();
+  spec.cgroup = cgroup_.get();
+  spec.hooks = hooks;
+  auto spawned = sandbox::spawn_job(spec);
+  if (!spawned) return fail(spawned.error());
+  started_hr_ns_ = uv_hrtime();
+  pid_ = spawned->pid;
+  pidfd_ = std::move(spawned->pidfd);
+  setup_status_ = std::move(spawned->setup_status);
+  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+  out_write.reset();
+  err_write.reset();
+
+  uv_loop_t* loop = runner_.loop();
+  stdout_ = std::make_unique<OutputPipe>();
+  stderr_ = std::make_unique<OutputPipe>();
+  stdout_->kind = JobLog::Kind::kStdout;
+  stderr_->kind = JobLog::Kind::kStderr;
+  for (auto* p : {stdout_.get(), stderr_.get()}) {
+    p->job = this;
+    uv_pipe_init(loop, p->pipe.get(), 0);
+    p->pipe.initialized(p);
+    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read : err_read).release());
+    start_reading(*p);
+  }
+
+  uv_poll_init(loop, pidfd_poll_.get(), pidfd_.get());
+  pidfd_poll_.initialized(this);
+  uv_poll_start(pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_exit();
+  });
+  uv_poll_init(loop, setup_poll_.get(), setup_status_.get());
+  setup_poll_.initialized(this);
+  uv_poll_start(setup_poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->confirm_started();
+  });
+
+  uv_timer_init(loop, deadline_.get());
+  deadline_.initialized(this);
+  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
+  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
+  log_job(id_, "started pid {} in cgroup {} as {}: {}", pid_, cgroup_name_, runner_.job_account().name, summary_);
+  return {};
+}
+
+void Job::start_reading(OutputPipe& out) {
+  uv_read_start(
+      out.pipe.stream(),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* op = static_cast<OutputPipe*>(h->data);
+        *buf = uv_buf_init(op->buf, sizeof op->buf);
+      },
+      [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
+        if (auto* op = static_cast<OutputPipe*>(h->data)) op->job->on_output(*op, nread);
+      });
+}
+
+void Job::confirm_started() {
+  if (started_confirmed_ || !setup_status_) return;
+  char buf[512];
+  const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;  // not exec'd yet
+  started_confirmed_ = true;
+  setup_poll_.close();
+  setup_status_.reset();
+  if (n > 0) setup_error_.assign(buf, static_cast<size_t>(n));
+  const bool exec_failed = setup_error_.rfind("exec:", 0) == 0;
+  if (!setup_error_.empty() && !exec_failed) {
+    log_job(id_, "the sandbox could not be set up: {}", setup_error_);
+    return;  // refused before start: no `started` record
+  }
+  started_at_ms_ = now_ms();
+  append_record(protocol::encode_started(log_->last_seq() + 1, 0, started_at_ms_));
+  if (exec_failed) {
+    // As a shell reports a command it cannot run: a message on stderr and exit status 127.
+    (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
+  }
+}
+
+void Job::on_output(OutputPipe& out, ssize_t nread) {
+  if (nread > 0) {
+    confirm_started();
+    if (!started_confirmed_) {
+      // Output can only come after exec, so the status pipe is at EOF already; be safe anyway.
+      started_confirmed_ = true;
+      started_at_ms_ = now_ms();
+      append_record(protocol::encode_started(log_->last_seq() + 1, 0, started_at_ms_));
+    }
+    append_output(out, std::string_view(out.buf, static_cast<size_t>(nread)));
+    return;
+  }
+  if (nread == 0) return;
+  out.eof = true;
+  out.pipe.close();
+  maybe_finish();
+}
+
+bool Job::append_output(OutputPipe& out, std::string_view bytes) {
+  auto seq = log_->append(out.kind, bytes);
+  if (!seq) {
+    // A full disk: hold this chunk, stop reading this pipe (the job blocks on its writes, so
+    // nothing is lost), and offer it to the log again later.
+    out.pending.assign(bytes);
+    if (out.pipe.live()) uv_read_stop(out.pipe.stream());
+    log_job(id_, "{}; output paused until the log can be written", seq.error().message);
+    if (!retry_timer_.live()) {
+      uv_timer_init(runner_.loop(), retry_timer_.get());
+      retry_timer_.initialized(this);
+    }
+    uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
+      if (auto* job = reactor::owner_of<Job>(h)) job->retry_pending_output();
+    }, kLogRetryMs, 0);
+    return false;
+  }
+  pump_all();
+  return true;
+}
+
+void Job::retry_pending_output() {
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (!p || p->pending.empty()) continue;
+    std::string chunk = std::move(p->pending);
+    p->pending.clear();
+    if (!append_output(*p, chunk)) return;
+    if (p->pipe.live() && !p->eof) start_reading(*p);
+  }
+  maybe_finish();
+}
+
+void Job::on_exit() {
+  if (exited_) return;
+  auto status = sandbox::reap_pidfd(pidfd_.get());
+  if (!status) return;  // spurious wakeup
+  exited_ = true;
+  wait_status_ = *status;
+  pidfd_poll_.close();
+  pidfd_.reset();
+  confirm_started();
+  if (deadline_.live()) uv_timer_stop(deadline_.get());
+  check_empty();
+}
+
+void Job::on_timeout() {
+  log_job(id_, "deadline reached; killing the job's process tree");
+  kill_tree("deadline");
+}
+
+void Job::cancel() {
+  if (state_ == State::kFinished || cancelled_) return;
+  cancelled_ = true;
+  log_job(id_, "cancelled; killing the job's process tree");
+  kill_tree("cancel");
+}
+
+void Job::kill_for_shutdown() { cancel(); }
+
+void Job::kill_tree(const char* why) {
+  if (state_ == State::kFinished) return;
+  if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
+  kill_issued_ = true;
+  if (auto s = cgroup_->kill_all(); !s) {
+    log_job(id_, "killing the cgroup failed: {}; signalling the main process", s.error().message);
+    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  }
+  if (exited_) check_empty();
+}
+
+void Job::check_empty() {
+  if (cgroup_empty_) return;
+  auto populated = cgroup_->populated();
+  if (!populated) {
+    log_job(id_, "cannot read the cgroup's state: {}", populated.error().message);
+  }
+  if (populated && !*populated) {
+    cgroup_empty_ = true;
+    empty_poll_.close();
+    maybe_finish();
+    return;
+  }
+  // The command is gone but something it started is still running (a daemon that left the
+  // session, say): nothing of a job outlives it.
+  if (!kill_issued_) kill_tree(nullptr);
+  if (!empty_poll_.live()) {
+    uv_timer_init(runner_.loop(), empty_poll_.get());
+    empty_poll_.initialized(this);
+    uv_timer_start(empty_poll_.get(), [](uv_timer_t* h) {
+      if (auto* job = reactor::owner_of<Job>(h)) job->check_empty();
+    }, kEmptyPollMs, kEmptyPollMs);
+  }
+}
+
+void Job::maybe_finish() {
+  if (state_ == State::kFinished) return;
+  if (!exited_ || !cgroup_empty_) return;
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (!p->eof || !p->pending.empty()) return;
+  }
+  finish();
+}
+
+void Job::finish() {
+  protocol::TerminalRecord t;
+  t.job_id = id_;
+  t.platform = platform_;
+  t.network = network_;
+  t.killed = killed_;
+  t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
+  t.oom_killed = cgroup_->oom_killed();
+  const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
+  if (refused) {
+    t.outcome.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+    t.outcome.reason = "workspace_setup_failed";
+    t.refusal_detail = setup_error_.substr(0, 1024);
+    t.ran = "none";
+    t.killed.reset();
+  } else if (killed_ == std::optional<std::string>("cancel")) {
+    t.outcome.kind = protocol::Outcome::Kind::kCancelled;
+    t.ran = "remote";
+  } else if (WIFEXITED(wait_status_)) {
+    t.outcome.kind = protocol::Outcome::Kind::kExit;
+    t.outcome.code = WEXITSTATUS(wait_status_);
+    t.ran = "remote";
+  } else {
+    t.outcome.kind = protocol::Outcome::Kind::kSignal;
+    t.outcome.signal = WTERMSIG(wait_status_);
+    t.ran = "remote";
+  }
+  t.seq = log_->last_seq() + 1;
+  terminal_json_ = protocol::encode_terminal(t);
+  append_record(terminal_json_);
+
+  if (auto s = cgroup_->remove(); !s) log_job(id_, "removing the cgroup: {}", s.error().message);
+  cgroup_.reset();
+  deadline_.close();
+  empty_poll_.close();
+  retry_timer_.close();
+  setup_poll_.close();
+  state_ = State::kFinished;
+  log_job(id_, "finished: {}", terminal_json_);
+  pump_all();
+  runner_.job_finished(*this);
+}
+
+void Job::append_record(const std::string& json) {
+  if (auto seq = log_->append(JobLog::Kind::kRecord, json); !seq) {
+    log_job(id_, "cannot write a record to the job log: {}", seq.error().message);
+    return;
+  }
+  pump_all();
+}
+
+Status Job::open_log_for_replay() {
+  if (log_) return {};
+  auto log = JobLog::open(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
+  if (!log) return log.error();
+  log_.emplace(std::move(*log));
+  return {};
+}
+
+void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
+  if (auto s = open_log_for_replay(); !s) {
+    protocol::TerminalRecord t;
+    t.job_id = id_;
+    t.outcome.kind = protocol::Outcome::Kind::kHistoryExpired;
+    t.ran.reset();
+    session.send(protocol::with_request_id(request_id, protocol::encode_terminal(t)));
+    return;
+  }
+  Follower f{&session, request_id, {}, std::nullopt};
+  auto cursor = log_->cursor_at(from_seq);
+  if (!cursor) {
+    session.send(protocol::encode_error(request_id, "internal", cursor.error().message));
+    return;
+  }
+  f.cursor = *cursor;
+  if (from_seq < log_->first_kept_seq()) f.truncated_before_seq = log_->first_kept_seq();
+  followers_.push_back(f);
+  session.followed_jobs().push_back(id_);
+  pump(followers_.back());
+}
+
+void Job::unfollow(Session& session) {
+  std::erase_if(followers_, [&](const Follower& f) { return f.session == &session; });
+}
+
+void Job::session_drained(Session& session) {
+  for (size_t i = 0; i < followers_.size(); ++i) {
+    if (followers_[i].session == &session) pump(followers_[i]);
+  }
+}
+
+void Job::pump_all() {
+  // pump() may remove the follower it serves (after the terminal record): iterate by copy.
+  auto sessions = followers_;
+  for (auto& f : sessions) {
+    for (auto& g : followers_) {
+      if (g.session == f.session && g.request_id == f.request_id) {
+        pump(g);
+        break;
+      }
+    }
+  }
+}
+
+void Job::pump(Follower& f) {
+  Session& session = *f.session;
+  const int64_t request_id = f.request_id;
+  bool done = false;
+  while (session.has_room()) {
+    auto entry = log_->read(f.cursor, scratch_);
+    if (!entry) {
+      session.send(protocol::encode_error(request_id, "internal", entry.error().message));
+      done = true;
+      break;
+    }
+    if (!*entry) break;
+    const auto& e = **entry;
+    std::optional<int64_t> truncated = e.truncated_before_seq ? e.truncated_before_seq : f.truncated_before_seq;
+    f.truncated_before_seq.reset();
+    std::string record;
+    if (e.kind == JobLog::Kind::kRecord) {
+      record = std::string(e.payload);
+      if (truncated) record = fmt::format("{{\"truncated_before_seq\":{},{}", *truncated, record.substr(1));
+    } else {
+      record = protocol::encode_output(e.seq, e.kind == JobLog::Kind::kStdout ? "stdout" : "stderr", e.payload, truncated);
+    }
+    session.send(protocol::with_request_id(request_id, record));
+    if (state_ == State::kFinished && e.seq == log_->last_seq()) {
+      done = true;  // the terminal record went out
+      break;
+    }
+  }
+  if (done) {
+    std::erase(session.followed_jobs(), id_);
+    std::erase_if(followers_, [&](const Follower& g) { return g.session == &session && g.request_id == request_id; });
+  }
+}
+
+}  // namespace motor::runner

@@ -1,0 +1,141 @@
+// One job: its process tree under a cgroup, its output pipes, its timer, its on-disk history
+// and the sessions that follow it. Everything here runs on the runner's loop.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motor/unique_fd.hpp"
+#include "protocol/messages.hpp"
+#include "reactor/uv_handle.hpp"
+#include "runner/job_log.hpp"
+#include "sandbox/cgroup.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace motor::runner {
+
+class Runner;
+class Session;
+
+struct JobLaunch {
+  std::string executable;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string cwd;
+  std::string summary;
+  int64_t timeout_s = 0;
+  int64_t memory_bytes = 0;
+  int64_t pids_max = 0;
+  std::string network = "offline";
+  std::string platform = "linux";
+};
+
+class Job {
+ public:
+  enum class State { kRunning, kFinished };
+
+  Job(Runner& runner, std::string id, std::string caller, std::string workspace_key);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // Creates the cgroup and log, starts the process and watches it. On error nothing is left.
+  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks);
+  // A job of an earlier runner, loaded from state.json (finished, or accounted for at start).
+  static std::unique_ptr<Job> restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
+                                      std::string summary, int64_t created_at_ms, std::string terminal_json);
+
+  // Kills the whole tree; the terminal record says why.
+  void cancel();
+  void kill_for_shutdown();
+
+  // Streams the job's records from `from_seq` to the session, as replies to `request_id`.
+  void follow(Session& session, int64_t request_id, int64_t from_seq);
+  void unfollow(Session& session);
+  void session_drained(Session& session);
+
+  const std::string& id() const { return id_; }
+  const std::string& caller() const { return caller_; }
+  const std::string& workspace_key() const { return workspace_key_; }
+  const std::string& summary() const { return summary_; }
+  const std::string& cgroup_name() const { return cgroup_name_; }
+  State state() const { return state_; }
+  int64_t created_at_ms() const { return created_at_ms_; }
+  int64_t started_at_ms() const { return started_at_ms_; }
+  const std::string& terminal_json() const { return terminal_json_; }
+  bool has_followers() const { return !followers_.empty(); }
+  int64_t memory_bytes() const { return memory_bytes_; }
+
+ private:
+  struct Follower {
+    Session* session;
+    int64_t request_id;
+    JobLog::Cursor cursor;
+    std::optional<int64_t> truncated_before_seq;  // to report on the next record sent
+  };
+  struct OutputPipe {
+    Job* job = nullptr;
+    reactor::UvHandle<uv_pipe_t> pipe;
+    JobLog::Kind kind = JobLog::Kind::kStdout;
+    bool eof = false;
+    std::string pending;  // a chunk the log could not take yet (disk full): reading pauses
+    char buf[64 * 1024];
+  };
+
+  void start_reading(OutputPipe& out);
+  void confirm_started();
+  void on_output(OutputPipe& out, ssize_t nread);
+  bool append_output(OutputPipe& out, std::string_view bytes);
+  void on_exit();
+  void on_timeout();
+  void kill_tree(const char* why);
+  void check_empty();
+  void maybe_finish();
+  void finish();
+  void append_record(const std::string& json);
+  void pump(Follower& f);
+  void pump_all();
+  void retry_pending_output();
+  Status open_log_for_replay();
+
+  Runner& runner_;
+  std::string id_, caller_, workspace_key_, summary_;
+  std::string cgroup_name_;
+  State state_ = State::kRunning;
+  int64_t created_at_ms_ = 0;
+  int64_t started_at_ms_ = 0;
+  uint64_t started_hr_ns_ = 0;
+  int64_t memory_bytes_ = 0;
+  std::string network_ = "offline", platform_ = "linux";
+
+  std::unique_ptr<sandbox::JobCgroup> cgroup_;
+  std::optional<JobLog> log_;
+  UniqueFd pidfd_;
+  UniqueFd setup_status_;
+  pid_t pid_ = -1;
+  bool started_confirmed_ = false;
+  std::string setup_error_;  // the child failed before exec
+  bool exited_ = false;
+  int wait_status_ = 0;
+  bool cgroup_empty_ = false;
+  std::optional<std::string> killed_;  // "deadline" | "cancel"
+  bool cancelled_ = false;
+  bool kill_issued_ = false;
+  std::string terminal_json_;
+
+  reactor::UvHandle<uv_poll_t> pidfd_poll_;
+  reactor::UvHandle<uv_poll_t> setup_poll_;   // the child's setup status: EOF once exec'd
+  reactor::UvHandle<uv_timer_t> deadline_;
+  reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
+  reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
+  std::unique_ptr<OutputPipe> stdout_, stderr_;
+  std::vector<Follower> followers_;
+  std::string scratch_;
+};
+
+}  // namespace motor::runner

@@ -1,1 +1,0 @@
-// placeholder until runner has sources

@@ -1,0 +1,601 @@
+#include "runner/runner.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "motor/sys_error.hpp"
+#include "motor/version.hpp"
+#include "runner/env_filter.hpp"
+#include "runner/job_id.hpp"
+#include "runner/log.hpp"
+#include "runner/session.hpp"
+#include "runner/state_store.hpp"
+#include "workspace/workspace_dir.hpp"
+
+namespace motor::runner {
+namespace {
+
+using protocol::JsonWriter;
+
+constexpr int64_t kRetryWhenFullMs = 5000;
+constexpr int64_t kRetryWhenDrainingMs = 30000;
+constexpr uint64_t kExitFlushMs = 2000;
+
+Status make_dir(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
+  if (chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
+  return {};
+}
+
+// Removes a job's history directory (flat: log segments and a side file).
+void remove_job_dir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string_view n(e->d_name);
+      if (n != "." && n != "..") unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+// Resolves a bare command name against the job's fixed PATH.
+std::string resolve_executable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
+    std::string candidate = std::string(dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "/usr/bin/" + name;  // exec reports "No such file or directory", as a shell would
+}
+
+std::string summarize(const protocol::RunParams& p) {
+  std::string s;
+  if (p.command) {
+    s = *p.command;
+  } else {
+    for (const auto& a : p.argv) {
+      if (!s.empty()) s.push_back(' ');
+      s += a;
+    }
+  }
+  if (s.size() > 200) s = s.substr(0, 197) + "...";
+  return s;
+}
+
+}  // namespace
+
+Runner::Runner(uv_loop_t* loop, Config config)
+    : loop_(loop), config_(std::move(config)), stall_(loop), notifier_(loop), parser_(protocol::kMaxFrameBytes) {
+  started_hr_ns_ = uv_hrtime();
+}
+
+Runner::~Runner() = default;
+
+Status Runner::start() {
+  auto account = sandbox::lookup_unprivileged_account(config_.job_user);
+  if (!account) return account.error();
+  job_account_ = *account;
+
+  if (auto s = make_dir(config_.state_dir, 0711); !s) return s;
+  if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
+
+  auto pref = sandbox::CgroupPreference::kAuto;
+  if (config_.cgroup_mode == CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
+  if (config_.cgroup_mode == CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
+  auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
+  if (!cgroups) return cgroups.error();
+  cgroups_ = std::move(*cgroups);
+  log_info("cgroups: {} layout, parent \"{}\"", cgroups_->layout(), config_.cgroup_parent);
+
+  if (auto s = recover(); !s) return s;
+  if (auto s = listen(); !s) return s;
+
+  for (auto* sig : {&sigterm_, &sigint_}) {
+    uv_signal_init(loop_, sig->get());
+    sig->initialized(this);
+    uv_signal_start(sig->get(), [](uv_signal_t* h, int signum) {
+      if (auto* self = reactor::owner_of<Runner>(h)) self->begin_shutdown(signum);
+    }, sig == &sigterm_ ? SIGTERM : SIGINT);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  log_info("motor-runner {} listening on {} (jobs run as {} uid {})", kVersion, config_.socket_path, job_account_.name,
+           job_account_.uid);
+  notifier_.ready(fmt::format("listening on {}", config_.socket_path));
+  return {};
+}
+
+Status Runner::recover() {
+  auto state = load_state(config_.state_dir);
+  if (!state) return state.error();
+  draining_ = state->draining;
+  std::set<std::string> known_cgroups;
+  for (auto& pj : state->jobs) {
+    if (!protocol::is_job_id(pj.job_id)) continue;
+    if (pj.state == "finished" && !pj.terminal_json.empty()) {
+      jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms,
+                                      pj.terminal_json);
+      continue;
+    }
+    // A job of a runner that died: kill whatever is left of it, and say we do not know how it
+    // ended rather than lose it.
+    if (!pj.cgroup.empty()) {
+      known_cgroups.insert(pj.cgroup);
+      if (auto cg = cgroups_->open(pj.cgroup)) {
+        (void)(*cg)->kill_all();
+        for (int i = 0; i < 2000; ++i) {
+          auto p = (*cg)->populated();
+          if (!p || !*p) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        if (auto s = (*cg)->remove(); !s) log_warning("job {}: removing its cgroup: {}", pj.job_id, s.error().message);
+      }
+    }
+    protocol::TerminalRecord t;
+    t.job_id = pj.job_id;
+    t.outcome.kind = protocol::Outcome::Kind::kOutcomeUnknown;
+    t.ran = "remote";
+    std::string terminal;
+    if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
+      t.seq = log->last_seq() + 1;
+      terminal = protocol::encode_terminal(t);
+      if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) {
+        log_warning("job {}: {}", pj.job_id, seq.error().message);
+      }
+    } else {
+      terminal = protocol::encode_terminal(t);
+    }
+    log_warning("job {} was running when the runner stopped; its processes were killed, outcome unknown", pj.job_id);
+    jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
+  }
+  // Job cgroups that no record names (the runner died between creating one and saving state).
+  for (const auto& name : cgroups_->list()) {
+    if (known_cgroups.count(name)) continue;
+    if (auto cg = cgroups_->open(name)) {
+      log_warning("removing the leftover cgroup {}", name);
+      (void)(*cg)->kill_all();
+      for (int i = 0; i < 2000; ++i) {
+        auto p = (*cg)->populated();
+        if (!p || !*p) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      (void)(*cg)->remove();
+    }
+  }
+  evict_finished();
+  save_state();
+  return {};
+}
+
+Status Runner::listen() {
+  const std::string& path = config_.socket_path;
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) return make_error("config", "socket_path is too long: " + path);
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = path.substr(0, slash);
+    if (mkdir(dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + dir);
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return make_error("config", path + " exists and is not a socket; remove it or pick another socket_path");
+    // A socket someone still answers on belongs to a live runner: never steal it.
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::copy(path.begin(), path.end(), addr.sun_path);
+    const bool live = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(probe);
+    if (live) return make_error("config", "another runner is already listening on " + path);
+    unlink(path.c_str());
+  }
+  uv_pipe_init(loop_, listener_.get(), 0);
+  listener_.initialized(this);
+  // Created 0660 from the start: no window in which anyone else could connect.
+  const mode_t old_umask = umask(0117);
+  const int rc = uv_pipe_bind(listener_.get(), path.c_str());
+  umask(old_umask);
+  if (rc != 0) return make_error("io", fmt::format("binding {}: {}", path, uv_strerror(rc)));
+  gid_t gid = 0;
+  if (group* g = getgrnam(config_.socket_group.c_str())) {
+    gid = g->gr_gid;
+  } else {
+    log_warning("group \"{}\" does not exist; the socket stays root-only (run scripts/setup)", config_.socket_group);
+  }
+  if (chown(path.c_str(), 0, gid) < 0) return sys_error("chown " + path);
+  if (chmod(path.c_str(), 0660) < 0) return sys_error("chmod " + path);
+  const int lrc = uv_listen(listener_.stream(), 128, [](uv_stream_t* server, int status) {
+    auto* self = reactor::owner_of<Runner>(server);
+    if (!self || status < 0) return;
+    Session::accept(*self, server);
+  });
+  if (lrc != 0) return make_error("io", fmt::format("listening on {}: {}", path, uv_strerror(lrc)));
+  return {};
+}
+
+void Runner::session_opened(Session* session) {
+  if (shutting_down_) {
+    session->send(protocol::encode_error(std::nullopt, "runner_draining", "the runner is shutting down"));
+    session->close_after_flush();
+    return;
+  }
+  bool allowed = session->privileged() ||
+                 std::find(config_.allowed_uids.begin(), config_.allowed_uids.end(), session->peer_uid()) !=
+                     config_.allowed_uids.end();
+  if (!allowed) {
+    std::vector<gid_t> groups{session->peer_gid()};
+    char buf[4096];
+    passwd pw{};
+    passwd* found = nullptr;
+    if (getpwuid_r(session->peer_uid(), &pw, buf, sizeof buf, &found) == 0 && found) {
+      int n = 256;
+      groups.resize(static_cast<size_t>(n));
+      if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) >= 0) groups.resize(static_cast<size_t>(n));
+      else groups = {session->peer_gid()};
+    }
+    for (const auto& name : config_.allowed_groups) {
+      if (group* g = getgrnam(name.c_str())) {
+        if (std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end()) allowed = true;
+      }
+    }
+  }
+  if (!allowed) {
+    log_warning("refused a connection from uid {} pid {}: not in allowed_uids or allowed_groups", session->peer_uid(),
+                session->peer_pid());
+    session->send(protocol::encode_error(std::nullopt, "unauthorized",
+                                         "this account may not use the runner; ask the operator to add it to "
+                                         "allowed_uids or one of allowed_groups"));
+    session->close_after_flush();
+    return;
+  }
+  if (sessions_.size() >= static_cast<size_t>(config_.max_sessions)) {
+    session->send(protocol::encode_error(std::nullopt, "runner_full", "too many open sessions; try again later"));
+    session->close_after_flush();
+    return;
+  }
+  sessions_.insert(session);
+}
+
+void Runner::session_closed(Session& session) {
+  sessions_.erase(&session);
+  for (const auto& id : std::vector<std::string>(session.followed_jobs())) {
+    if (auto it = jobs_.find(id); it != jobs_.end()) it->second->unfollow(session);
+  }
+  session.followed_jobs().clear();
+  if (shutting_down_ && sessions_.empty() && running_jobs() == 0) uv_stop(loop_);
+}
+
+void Runner::session_drained(Session& session) {
+  for (const auto& id : std::vector<std::string>(session.followed_jobs())) {
+    if (auto it = jobs_.find(id); it != jobs_.end()) it->second->session_drained(session);
+  }
+}
+
+void Runner::handle_frame(Session& session, const std::string& frame) {
+  std::optional<int64_t> id;
+  auto request = protocol::parse_request(parser_, frame, &id);
+  if (!request) {
+    session.send(protocol::encode_error(id, request.error().code, request.error().message));
+    return;
+  }
+  dispatch(session, *request);
+}
+
+void Runner::dispatch(Session& session, const protocol::Request& r) {
+  const std::string& m = r.method;
+  if (m == "exec.run") return handle_run(session, r);
+  if (m == "exec.cancel") return handle_cancel(session, r);
+  if (m == "exec.attach") return handle_attach(session, r);
+  if (m == "exec.status") return handle_status(session, r);
+  if (m == "exec.list") return handle_list(session, r);
+  if (m == "runner.status") return handle_runner_status(session, r);
+  if (m == "runner.hello") {
+    JsonWriter w;
+    w.begin_object().field("runner", "motor-runner").field("version", kVersion).field("protocol", kProtocolVersion);
+    w.field("caller", session.caller()).end_object();
+    return session.send(protocol::encode_result(r.id, w.str()));
+  }
+  if (m == "runner.identify") {
+    // Only the bridge (`motor-runner connect`, running as the runner's account) names callers.
+    if (!session.privileged()) {
+      return session.send(protocol::encode_error(r.id, "unauthorized", "only the runner's own account may name a caller"));
+    }
+    auto caller = protocol::parse_identify(parser_, r.params_json);
+    if (!caller) return session.send(protocol::encode_error(r.id, caller.error().code, caller.error().message));
+    session.set_caller(*caller);
+    return session.send(protocol::encode_result(r.id, fmt::format("{{\"caller\":\"{}\"}}", *caller)));
+  }
+  session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
+}
+
+void Runner::refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
+                        std::optional<int64_t> retry_after_ms) {
+  protocol::TerminalRecord t;
+  auto id = new_job_id();
+  t.job_id = id ? *id : "";
+  t.outcome.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+  t.outcome.reason = reason;
+  t.ran = "none";
+  t.refusal_detail = detail.substr(0, 1024);
+  t.retry_after_ms = retry_after_ms;
+  session.send(protocol::with_request_id(request_id, protocol::encode_terminal(t)));
+}
+
+size_t Runner::running_jobs() const {
+  size_t n = 0;
+  for (const auto& [id, job] : jobs_) n += job->state() == Job::State::kRunning;
+  return n;
+}
+
+void Runner::handle_run(Session& session, const protocol::Request& r) {
+  auto params = protocol::parse_run_params(parser_, r.params_json, static_cast<size_t>(config_.max_argument_bytes));
+  if (!params) return session.send(protocol::encode_error(r.id, params.error().code, params.error().message));
+  const auto& p = *params;
+  if (shutting_down_ || draining_) {
+    return refuse_job(session, r.id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
+  }
+  if (p.platform != "linux") {
+    return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
+  }
+  if (p.network != "offline") {
+    return refuse_job(session, r.id, "network_unsupported", "outbound network access is not enabled on this runner");
+  }
+  if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
+    return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
+  }
+  auto rel = workspace::relative_cwd(p.repository_root, p.cwd);
+  if (!rel) return session.send(protocol::encode_error(r.id, rel.error().code, rel.error().message));
+  const int64_t timeout_s = p.timeout_s.value_or(config_.default_timeout_s);
+  if (timeout_s > config_.max_timeout_s) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("timeout {} s is over this runner's maximum of {} s", timeout_s, config_.max_timeout_s)));
+  }
+  const int64_t memory = p.memory_bytes.value_or(config_.default_memory_bytes);
+  if (memory > config_.max_memory_bytes) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory, config_.max_memory_bytes)));
+  }
+  if (running_jobs() >= static_cast<size_t>(config_.max_running_jobs)) {
+    return refuse_job(session, r.id, "runner_full",
+                      fmt::format("{} jobs are running, the most this runner allows", running_jobs()), kRetryWhenFullMs);
+  }
+  auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), session.caller(), p.workspace_key,
+                                            job_account_.uid, job_account_.gid);
+  if (!ws) return refuse_job(session, r.id, "workspace_setup_failed", ws.error().message);
+  const std::string cwd = rel->empty() ? *ws : *ws + "/" + *rel;
+  struct stat st {};
+  if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+    return refuse_job(session, r.id, "workspace_setup_failed", "the working directory \"" + *rel + "\" does not exist in the workspace");
+  }
+
+  const auto env = filter_env(p.env, config_.env_allow);
+  JobLaunch launch;
+  if (p.command) {
+    launch.executable = "/bin/sh";
+    launch.argv = {"/bin/sh", "-c", *p.command};
+  } else {
+    launch.argv = p.argv;
+    launch.executable = resolve_executable(p.argv[0]);
+  }
+  launch.env = job_env(*ws, job_account_.name, env.forwarded);
+  launch.cwd = cwd;
+  launch.summary = summarize(p);
+  launch.timeout_s = timeout_s;
+  launch.memory_bytes = memory;
+  launch.pids_max = config_.pids_max;
+  launch.network = p.network;
+  launch.platform = p.platform;
+
+  auto id = new_job_id();
+  if (!id) return session.send(protocol::encode_error(r.id, "internal", id.error().message));
+  auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
+  Job* jp = job.get();
+  jobs_[*id] = std::move(job);
+  if (auto s = jp->start(launch, *cgroups_, nullptr); !s) {
+    log_error("job {}: could not start: {}", *id, s.error().message);
+    jobs_.erase(*id);
+    remove_job_dir(job_dir(*id));
+    save_state();
+    return refuse_job(session, r.id, "workspace_setup_failed", s.error().message);
+  }
+  protocol::AcceptedRecord a;
+  a.job_id = *id;
+  a.queue_position = 0;
+  a.env_not_forwarded = env.not_forwarded;
+  a.platform = p.platform;
+  a.network = p.network;
+  session.send(protocol::with_request_id(r.id, protocol::encode_accepted(a)));
+  jp->follow(session, r.id, 1);
+  update_status();
+}
+
+Job* Runner::visible_job(Session& session, const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return nullptr;
+  if (!session.privileged() && it->second->caller() != session.caller()) return nullptr;
+  return it->second.get();
+}
+
+static constexpr const char* kNoSuchJob = "no such job, or it is not yours";
+
+void Runner::handle_cancel(Session& session, const protocol::Request& r) {
+  auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
+  if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
+  Job* job = visible_job(session, ref->job_id);
+  if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
+  job->cancel();
+  session.send(protocol::encode_result(r.id, fmt::format("{{\"job_id\":\"{}\"}}", job->id())));
+}
+
+void Runner::handle_attach(Session& session, const protocol::Request& r) {
+  auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
+  if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
+  Job* job = visible_job(session, ref->job_id);
+  if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
+  job->follow(session, r.id, ref->from_seq);
+}
+
+void Runner::handle_status(Session& session, const protocol::Request& r) {
+  auto ref = protocol::parse_job_ref(parser_, r.params_json, false);
+  if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
+  JsonWriter w;
+  if (!ref->job_id.empty()) {
+    Job* job = visible_job(session, ref->job_id);
+    if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
+    w.begin_object().field("job_id", job->id()).field("workspace_key", job->workspace_key());
+    w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
+    w.field("summary", job->summary()).field("created_at_ms", job->created_at_ms());
+    if (job->terminal_json().empty()) w.field_null("terminal");
+    else w.field_raw("terminal", job->terminal_json());
+    w.end_object();
+    return session.send(protocol::encode_result(r.id, w.str()));
+  }
+  w.begin_object().field("queue_depth", 0);
+  w.key("running_jobs").begin_array();
+  for (const auto& [id, job] : jobs_) {
+    if (job->state() != Job::State::kRunning) continue;
+    if (!session.privileged() && job->caller() != session.caller()) continue;
+    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1).end_object();
+  }
+  w.end_array();
+  w.field("server_reachable", true).key("repositories").begin_array().end_array().field_null("rustc_version");
+  w.end_object();
+  session.send(protocol::encode_result(r.id, w.str()));
+}
+
+void Runner::handle_list(Session& session, const protocol::Request& r) {
+  JsonWriter w;
+  w.begin_object().key("jobs").begin_array();
+  for (const auto& [id, job] : jobs_) {
+    if (!session.privileged() && job->caller() != session.caller()) continue;
+    w.begin_object().field("job_id", id).field("caller", job->caller()).field("workspace_key", job->workspace_key());
+    w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
+    w.field("summary", job->summary()).field("created_at_ms", job->created_at_ms());
+    simdjson::dom::element outcome;
+    if (!job->terminal_json().empty() &&
+        !parser_.parse(job->terminal_json().data(), job->terminal_json().size())["outcome"].get(outcome)) {
+      w.field_raw("outcome", simdjson::minify(outcome));
+    } else {
+      w.field_null("outcome");
+    }
+    w.end_object();
+  }
+  w.end_array().end_object();
+  session.send(protocol::encode_result(r.id, w.str()));
+}
+
+void Runner::handle_runner_status(Session& session, const protocol::Request& r) {
+  bool reset_stall = false;
+  simdjson::dom::element params;
+  if (!parser_.parse(r.params_json.data(), r.params_json.size()).get(params)) {
+    if (params["reset_stall"].get_bool().get(reset_stall)) reset_stall = false;
+  }
+  JsonWriter w;
+  w.begin_object().field("version", kVersion).field("protocol", kProtocolVersion);
+  w.field("uptime_s", static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000000));
+  w.field("cgroup_layout", cgroups_->layout()).field("job_account", job_account_.name);
+  w.field("draining", draining_).field("shutting_down", shutting_down_);
+  w.field("running_jobs", static_cast<uint64_t>(running_jobs())).field("queue_depth", 0);
+  w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
+  w.field("loop_worst_stall_us", stall_.worst_us());
+  w.end_object();
+  if (reset_stall) stall_.reset();
+  session.send(protocol::encode_result(r.id, w.str()));
+}
+
+void Runner::save_state() {
+  PersistedState st;
+  st.draining = draining_;
+  for (const auto& [id, job] : jobs_) {
+    PersistedJob pj;
+    pj.job_id = id;
+    pj.caller = job->caller();
+    pj.workspace_key = job->workspace_key();
+    pj.summary = job->summary();
+    pj.state = job->state() == Job::State::kRunning ? "running" : "finished";
+    pj.cgroup = job->state() == Job::State::kRunning ? job->cgroup_name() : "";
+    pj.created_at_ms = job->created_at_ms();
+    pj.started_at_ms = job->started_at_ms();
+    pj.terminal_json = job->terminal_json();
+    st.jobs.push_back(std::move(pj));
+  }
+  if (auto s = runner::save_state(config_.state_dir, st); !s) log_error("saving state: {}", s.error().message);
+}
+
+void Runner::job_finished(Job&) {
+  evict_finished();
+  save_state();
+  update_status();
+  if (shutting_down_) maybe_exit();
+}
+
+void Runner::evict_finished() {
+  size_t finished = jobs_.size() - running_jobs();
+  for (auto it = jobs_.begin(); it != jobs_.end() && finished > static_cast<size_t>(config_.finished_jobs_kept);) {
+    if (it->second->state() == Job::State::kFinished && !it->second->has_followers()) {
+      remove_job_dir(job_dir(it->first));
+      it = jobs_.erase(it);
+      --finished;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Runner::update_status() {
+  notifier_.status(fmt::format("{} running, {} sessions{}", running_jobs(), sessions_.size(), draining_ ? ", draining" : ""));
+}
+
+void Runner::begin_shutdown(int signum) {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  log_info("signal {}: shutting down ({} jobs running, policy: {})", signum, running_jobs(),
+           config_.shutdown == ShutdownPolicy::kKill ? "kill" : "finish");
+  notifier_.stopping();
+  listener_.close();
+  unlink(config_.socket_path.c_str());
+  auto kill_all = [](Runner& self) {
+    for (auto& [id, job] : self.jobs_) {
+      if (job->state() == Job::State::kRunning) job->kill_for_shutdown();
+    }
+  };
+  uv_timer_init(loop_, shutdown_timer_.get());
+  shutdown_timer_.initialized(this);
+  if (config_.shutdown == ShutdownPolicy::kKill) {
+    kill_all(*this);
+  } else {
+    uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {
+      auto* self = reactor::owner_of<Runner>(h);
+      if (!self) return;
+      log_info("shutdown grace period over; killing the jobs still running");
+      for (auto& [id, job] : self->jobs_) {
+        if (job->state() == Job::State::kRunning) job->kill_for_shutdown();
+      }
+    }, static_cast<uint64_t>(config_.shutdown_grace_s) * 1000, 0);
+  }
+  maybe_exit();
+}
+
+void Runner::maybe_exit() {
+  if (running_jobs() > 0) return;
+  save_state();
+  // Let clients receive their terminal records, then stop.
+  for (Session* s : std::vector<Session*>(sessions_.begin(), sessions_.end())) s->close_after_flush();
+  uv_timer_stop(shutdown_timer_.get());
+  uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {
+    if (auto* self = reactor::owner_of<Runner>(h)) uv_stop(self->loop_);
+  }, kExitFlushMs, 0);
+  if (sessions_.empty()) uv_stop(loop_);
+}
+
+}  // namespace motor::runner

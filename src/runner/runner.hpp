@@ -1,0 +1,87 @@
+// The daemon: one libuv loop serving every client session and job on the host.
+#pragma once
+
+#include <simdjson.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "motor/expected.hpp"
+#include "protocol/messages.hpp"
+#include "reactor/stall_meter.hpp"
+#include "reactor/uv_handle.hpp"
+#include "runner/config.hpp"
+#include "runner/job.hpp"
+#include "runner/notify.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/cgroup.hpp"
+
+namespace motor::runner {
+
+class Session;
+
+class Runner {
+ public:
+  Runner(uv_loop_t* loop, Config config);
+  ~Runner();
+
+  // Checks the accounts and cgroups, recovers what an earlier runner left, and listens.
+  Status start();
+
+  const Config& config() const { return config_; }
+  uv_loop_t* loop() const { return loop_; }
+  const sandbox::Account& job_account() const { return job_account_; }
+  std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
+
+  // From sessions.
+  void session_opened(Session* session);
+  void session_closed(Session& session);
+  void session_drained(Session& session);
+  void handle_frame(Session& session, const std::string& frame);
+
+  // From jobs.
+  void save_state();
+  void job_finished(Job& job);
+
+ private:
+  Status recover();
+  Status listen();
+  void dispatch(Session& session, const protocol::Request& request);
+  void handle_run(Session& session, const protocol::Request& request);
+  void handle_cancel(Session& session, const protocol::Request& request);
+  void handle_attach(Session& session, const protocol::Request& request);
+  void handle_status(Session& session, const protocol::Request& request);
+  void handle_list(Session& session, const protocol::Request& request);
+  void handle_runner_status(Session& session, const protocol::Request& request);
+  void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
+                  std::optional<int64_t> retry_after_ms = std::nullopt);
+  // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
+  Job* visible_job(Session& session, const std::string& job_id);
+  void begin_shutdown(int signum);
+  void maybe_exit();
+  void evict_finished();
+  void update_status();
+  size_t running_jobs() const;
+
+  uv_loop_t* loop_;
+  Config config_;
+  sandbox::Account job_account_;
+  std::unique_ptr<sandbox::CgroupDriver> cgroups_;
+  reactor::StallMeter stall_;
+  SystemdNotifier notifier_;
+  simdjson::dom::parser parser_;
+  reactor::UvHandle<uv_pipe_t> listener_;
+  reactor::UvHandle<uv_signal_t> sigterm_, sigint_;
+  reactor::UvHandle<uv_timer_t> shutdown_timer_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
+  std::set<Session*> sessions_;
+  bool draining_ = false;
+  bool shutting_down_ = false;
+  uint64_t started_hr_ns_ = 0;
+};
+
+}  // namespace motor::runner

@@ -1,0 +1,146 @@
+#include "runner/session.hpp"
+
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "protocol/messages.hpp"
+#include "runner/log.hpp"
+#include "runner/runner.hpp"
+
+namespace motor::runner {
+namespace {
+
+struct WriteRequest {
+  uv_write_t req{};
+  std::string data;
+  Session* session = nullptr;
+};
+
+std::string user_name(uid_t uid) {
+  char buf[4096];
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return pw.pw_name;
+  return fmt::format("uid-{}", uid);
+}
+
+// Past this many bytes of unread replies a client is not reading at all; it is cut off.
+constexpr size_t kHardReplyBound = 16u << 20;
+
+}  // namespace
+
+Session::Session(Runner& runner, size_t room_bytes) : runner_(runner), room_bytes_(room_bytes) {}
+
+Session* Session::accept(Runner& runner, uv_stream_t* server) {
+  auto* s = new Session(runner, static_cast<size_t>(runner.config().client_buffer_bytes));
+  uv_pipe_init(server->loop, &s->pipe_, 0);
+  s->pipe_.data = s;
+  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&s->pipe_)) != 0) {
+    s->closing_ = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&s->pipe_), [](uv_handle_t* h) { delete static_cast<Session*>(h->data); });
+    return nullptr;
+  }
+  uv_os_fd_t fd = -1;
+  uv_fileno(reinterpret_cast<uv_handle_t*>(&s->pipe_), &fd);
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    s->peer_uid_ = cred.uid;
+    s->peer_gid_ = cred.gid;
+    s->peer_pid_ = cred.pid;
+  }
+  s->privileged_ = s->peer_uid_ == 0 || s->peer_uid_ == geteuid();
+  s->caller_ = user_name(s->peer_uid_);
+  runner.session_opened(s);
+  if (s->closing_ || s->close_when_flushed_) return s;  // refused by the runner
+  uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&s->pipe_),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* self = static_cast<Session*>(h->data);
+        *buf = uv_buf_init(self->read_buf_, sizeof self->read_buf_);
+      },
+      [](uv_stream_t* h, ssize_t nread, const uv_buf_t* buf) { static_cast<Session*>(h->data)->on_read(nread, buf); });
+  return s;
+}
+
+void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
+  if (closing_) return;
+  if (nread == UV_EOF) {
+    if (decoder_.mid_frame()) log_info("session {}: the client closed mid-frame (torn frame)", caller_);
+    close();
+    return;
+  }
+  if (nread < 0) {
+    close();
+    return;
+  }
+  frames_.clear();
+  auto fed = decoder_.feed(std::string_view(buf->base, static_cast<size_t>(nread)), frames_);
+  // Frames that were complete before a framing error are still answered, in order.
+  for (auto& frame : frames_) {
+    if (closing_ || close_when_flushed_) return;
+    runner_.handle_frame(*this, frame);
+  }
+  if (!fed) {
+    // The framing is broken: nothing after this point can be trusted to be a frame boundary.
+    send(protocol::encode_error(std::nullopt, fed.error().code, fed.error().message));
+    close_after_flush();
+  }
+}
+
+void Session::send(std::string json) {
+  if (closing_) return;
+  auto* w = new WriteRequest;
+  w->data.reserve(json.size() + 4);
+  protocol::append_frame(w->data, json);
+  w->session = this;
+  in_flight_ += w->data.size();
+  uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+  const int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&pipe_), &b, 1, [](uv_write_t* req, int) {
+    auto* done = reinterpret_cast<WriteRequest*>(req);
+    Session* s = done->session;
+    const size_t n = done->data.size();
+    delete done;
+    s->on_write_done(n);
+  });
+  if (rc != 0) {
+    in_flight_ -= w->data.size();
+    delete w;
+    close();
+    return;
+  }
+  if (in_flight_ > kHardReplyBound + room_bytes_) {
+    log_warning("session {}: {} bytes of replies unread; disconnecting", caller_, in_flight_);
+    close();
+  }
+}
+
+void Session::on_write_done(size_t bytes) {
+  in_flight_ -= bytes;
+  if (closing_) return;
+  if (close_when_flushed_) {
+    if (in_flight_ == 0) close();
+    return;
+  }
+  if (in_flight_ < room_bytes_) runner_.session_drained(*this);
+}
+
+void Session::close_after_flush() {
+  if (closing_) return;
+  close_when_flushed_ = true;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe_));
+  if (in_flight_ == 0) close();
+}
+
+void Session::close() {
+  if (closing_) return;
+  closing_ = true;
+  runner_.session_closed(*this);
+  // Pending writes complete (cancelled) before the close callback frees the session.
+  uv_close(reinterpret_cast<uv_handle_t*>(&pipe_), [](uv_handle_t* h) { delete static_cast<Session*>(h->data); });
+}
+
+}  // namespace motor::runner

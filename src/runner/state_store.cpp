@@ -1,0 +1,137 @@
+#include "runner/state_store.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <simdjson.h>
+
+#include "motor/sys_error.hpp"
+#include "protocol/json_writer.hpp"
+
+namespace motor::runner {
+
+std::string encode_state(const PersistedState& state) {
+  protocol::JsonWriter w;
+  w.begin_object().field("version", 1).field("draining", state.draining);
+  w.key("jobs").begin_array();
+  for (const auto& j : state.jobs) {
+    w.begin_object()
+        .field("job_id", j.job_id)
+        .field("caller", j.caller)
+        .field("workspace_key", j.workspace_key)
+        .field("summary", j.summary)
+        .field("state", j.state)
+        .field("cgroup", j.cgroup)
+        .field("created_at_ms", j.created_at_ms)
+        .field("started_at_ms", j.started_at_ms);
+    if (j.terminal_json.empty()) w.field_null("terminal");
+    else w.field_raw("terminal", j.terminal_json);
+    w.end_object();
+  }
+  w.end_array().end_object();
+  std::string out = w.take();
+  out.push_back('\n');
+  return out;
+}
+
+Expected<PersistedState> decode_state(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (auto err = parser.parse(json.data(), json.size()).get(root)) {
+    return make_error("state", std::string("state.json is not valid JSON: ") + simdjson::error_message(err));
+  }
+  PersistedState st;
+  bool draining = false;
+  if (!root["draining"].get_bool().get(draining)) st.draining = draining;
+  simdjson::dom::array jobs;
+  if (root["jobs"].get_array().get(jobs)) return make_error("state", "state.json has no \"jobs\" list");
+  for (simdjson::dom::element e : jobs) {
+    PersistedJob j;
+    auto str = [&](const char* key, std::string& out) {
+      std::string_view s;
+      if (!e[key].get_string().get(s)) out = std::string(s);
+    };
+    str("job_id", j.job_id);
+    str("caller", j.caller);
+    str("workspace_key", j.workspace_key);
+    str("summary", j.summary);
+    str("state", j.state);
+    str("cgroup", j.cgroup);
+    int64_t n = 0;
+    if (!e["created_at_ms"].get_int64().get(n)) j.created_at_ms = n;
+    if (!e["started_at_ms"].get_int64().get(n)) j.started_at_ms = n;
+    simdjson::dom::element t;
+    if (!e["terminal"].get(t) && !t.is_null()) j.terminal_json = simdjson::minify(t);
+    if (j.job_id.empty()) return make_error("state", "state.json has a job without a job_id");
+    st.jobs.push_back(std::move(j));
+  }
+  return st;
+}
+
+Status save_state(const std::string& state_dir, const PersistedState& state) {
+  const std::string path = state_dir + "/state.json";
+  const std::string tmp = state_dir + "/.state.json.tmp";
+  const std::string text = encode_state(state);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return sys_error("creating " + tmp);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      unlink(tmp.c_str());
+      return sys_error("writing " + tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) < 0) {
+    const int err = errno;
+    ::close(fd);
+    unlink(tmp.c_str());
+    return sys_error("fsync " + tmp, err);
+  }
+  ::close(fd);
+  if (rename(tmp.c_str(), path.c_str()) < 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return sys_error("renaming " + tmp + " to " + path, err);
+  }
+  int dfd = ::open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return sys_error("opening " + state_dir);
+  const int r = fsync(dfd);
+  const int err = errno;
+  ::close(dfd);
+  if (r < 0) return sys_error("fsync " + state_dir, err);
+  return {};
+}
+
+Expected<PersistedState> load_state(const std::string& state_dir) {
+  const std::string path = state_dir + "/state.json";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return PersistedState{};
+    return sys_error("opening " + path);
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return sys_error("reading " + path, err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  auto st = decode_state(text);
+  if (!st) return make_error("state", path + ": " + st.error().message);
+  return st;
+}
+
+}  // namespace motor::runner

@@ -1,0 +1,37 @@
+// state.json: what must survive a crash of the runner. Written atomically (temp file, fsync,
+// rename, fsync of the directory) on every change that matters; read once at start.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+
+namespace motor::runner {
+
+struct PersistedJob {
+  std::string job_id;
+  std::string caller;
+  std::string workspace_key;
+  std::string summary;        // the command, shortened, for `motor list`
+  std::string state;          // "running" or "finished"
+  std::string cgroup;         // the job cgroup's name, to kill what is left after a crash
+  int64_t created_at_ms = 0;
+  int64_t started_at_ms = 0;
+  std::string terminal_json;  // the terminal record once finished
+};
+
+struct PersistedState {
+  bool draining = false;
+  std::vector<PersistedJob> jobs;
+};
+
+std::string encode_state(const PersistedState& state);
+Expected<PersistedState> decode_state(std::string_view json);
+
+Status save_state(const std::string& state_dir, const PersistedState& state);
+// A missing state.json is an empty state; a corrupt one is an error naming the file.
+Expected<PersistedState> load_state(const std::string& state_dir);
+
+}  // namespace motor::runner

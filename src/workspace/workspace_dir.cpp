@@ -1,0 +1,86 @@
+#include "workspace/workspace_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "motor/sys_error.hpp"
+
+namespace motor::workspace {
+namespace {
+
+bool safe_component(std::string_view s) {
+  if (s.empty() || s.size() > 128 || s[0] == '.') return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                    c == '.' || c == '@';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ensure_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
+  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
+  // A symlink here would let a path escape; only a real directory will do.
+  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " exists and is not a directory");
+  if (st.st_uid != uid || st.st_gid != gid) {
+    if (chown(path.c_str(), uid, gid) < 0) return sys_error("chown " + path);
+  }
+  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
+  return {};
+}
+
+}  // namespace
+
+Status validate_workspace_key(std::string_view key) {
+  if (!safe_component(key) || key.find('@') != std::string_view::npos) {
+    return make_error("workspace_key_rejected",
+                      "a workspace key is 1 to 128 letters, digits, '-', '_' or '.', and does not start with '.'");
+  }
+  return {};
+}
+
+Expected<std::string> relative_cwd(std::string_view repository_root, std::string_view cwd) {
+  std::string_view rel = cwd;
+  if (!cwd.empty() && cwd[0] == '/') {
+    std::string_view root = repository_root;
+    while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
+    if (root.empty() || root[0] != '/' || cwd.substr(0, root.size()) != root ||
+        (cwd.size() > root.size() && cwd[root.size()] != '/' && root != "/")) {
+      return make_error("bad_request", fmt::format("cwd \"{}\" is not inside repository_root \"{}\"", cwd, repository_root));
+    }
+    rel = cwd.substr(root.size());
+  }
+  std::string out;
+  size_t start = 0;
+  while (start <= rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string_view::npos) end = rel.size();
+    std::string_view part = rel.substr(start, end - start);
+    if (part == "..") return make_error("bad_request", "cwd may not contain \"..\"");
+    if (!part.empty() && part != ".") {
+      if (!out.empty()) out.push_back('/');
+      out.append(part);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+Expected<std::string> ensure_workspace_dir(const std::string& root, const std::string& caller, const std::string& key,
+                                           uid_t owner_uid, gid_t owner_gid) {
+  if (!safe_component(caller)) return make_error("workspace_setup_failed", "the caller's name cannot be a directory name");
+  if (auto s = validate_workspace_key(key); !s) return s.error();
+  if (auto s = ensure_dir(root, 0711, 0, 0); !s) return s.error();
+  const std::string caller_dir = root + "/" + caller;
+  if (auto s = ensure_dir(caller_dir, 0711, 0, 0); !s) return s.error();
+  const std::string dir = caller_dir + "/" + key;
+  if (auto s = ensure_dir(dir, 0700, owner_uid, owner_gid); !s) return s.error();
+  return dir;
+}
+
+}  // namespace motor::workspace

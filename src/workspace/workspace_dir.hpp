@@ -1,0 +1,27 @@
+// Where a caller's workspace lives on the host, and the checks that keep one caller's key from
+// ever naming a path outside that caller's own directory.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "motor/expected.hpp"
+
+namespace motor::workspace {
+
+// A workspace key: 1 to 128 bytes of letters, digits, '-', '_', '.', not starting with '.',
+// so it is one path component and never "..". Refusal code: workspace_key_rejected.
+Status validate_workspace_key(std::string_view key);
+
+// Turns the request's cwd into a path relative to the workspace root: an absolute cwd must lie
+// under repository_root (the caller's view of the checkout); no component may be "..".
+Expected<std::string> relative_cwd(std::string_view repository_root, std::string_view cwd);
+
+// Creates (if missing) <root>/<caller>/<key>, owned by the job account, mode 0700; the levels
+// above are root-owned 0711 so jobs can reach their own workspace and list nothing.
+Expected<std::string> ensure_workspace_dir(const std::string& root, const std::string& caller, const std::string& key,
+                                           uid_t owner_uid, gid_t owner_gid);
+
+}  // namespace motor::workspace

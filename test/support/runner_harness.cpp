@@ -1,0 +1,300 @@
+#include "support/runner_harness.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "protocol/frame.hpp"
+
+namespace motor::test {
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string(ci) == "true";
+}
+
+std::string make_temp_dir() {
+  char tmpl[] = "/tmp/motor-test-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "";
+}
+
+void remove_tree(const std::string& path) {
+  if (path.size() < 6 || path.rfind("/tmp/", 0) != 0) return;  // never anything but our temp dirs
+  run_program({"/bin/rm", "-rf", "--one-file-system", path});
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+std::string unique_marker() {
+  std::random_device rd;
+  return fmt::format("{}{:06}", getpid() % 1000, rd() % 1000000);
+}
+
+std::vector<pid_t> processes_with(const std::string& marker) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::string cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
+    for (auto& c : cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    if (cmdline.find(marker) != std::string::npos) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(d);
+  return out;
+}
+
+int64_t peak_rss_bytes(pid_t pid) {
+  std::istringstream in(read_file(fmt::format("/proc/{}/status", pid)));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  }
+  return -1;
+}
+
+CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add,
+                          std::chrono::seconds timeout) {
+  CommandResult r;
+  const std::string dir = make_temp_dir();
+  const std::string out_path = dir + "/out", err_path = dir + "/err";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = ::open("/dev/null", O_RDONLY);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (const auto& e : env_add) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.err = "timed out";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err += read_file(err_path);
+  unlink(out_path.c_str());
+  unlink(err_path.c_str());
+  rmdir(dir.c_str());
+  return r;
+}
+
+RunnerProcess::RunnerProcess(std::string extra_config) {
+  dir_ = make_temp_dir();
+  chmod(dir_.c_str(), 0711);  // jobs reach their workspace below it
+  state_dir_ = dir_ + "/state";
+  socket_ = dir_ + "/motor.sock";
+  config_path_ = dir_ + "/runner.conf";
+  log_path_ = dir_ + "/runner.log";
+  cgroup_parent_ = "motor-test-" + unique_marker();
+  write_file(config_path_, fmt::format("cgroup_parent = {}\njob_log_max_size = 64M\n{}\n", cgroup_parent_, extra_config));
+}
+
+RunnerProcess::~RunnerProcess() {
+  if (pid_ > 0) {
+    if (stop(std::chrono::seconds(20)) < 0) kill9();
+  }
+  // Whatever a failed test left: processes in our cgroups, then the cgroups themselves.
+  for (const char* h : {"unified", "memory", "pids", "cpuset", "freezer", "cpu"}) {
+    const std::string parent = fmt::format("/sys/fs/cgroup/{}/{}", h, cgroup_parent_);
+    if (DIR* d = opendir(parent.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+        const std::string cg = parent + "/" + e->d_name;
+        if (std::string(h) == "unified") write_file(cg + "/cgroup.kill", "1");
+        for (int i = 0; i < 200 && rmdir(cg.c_str()) < 0 && errno == EBUSY; ++i) {
+          std::istringstream procs(read_file(cg + "/cgroup.procs"));
+          for (pid_t p; procs >> p;) kill(p, SIGKILL);
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      closedir(d);
+      rmdir(parent.c_str());
+    }
+  }
+  remove_tree(dir_);
+}
+
+bool RunnerProcess::start() {
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int log = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(log, 2);
+    const int in = ::open("/dev/null", O_RDONLY);
+    dup2(in, 0);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("JOURNAL_STREAM");
+    execl(MOTOR_RUNNER_BIN, MOTOR_RUNNER_BIN, "serve", "--config", config_path_.c_str(), "--state-dir", state_dir_.c_str(),
+          "--socket", socket_.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    RawClient probe(socket_);
+    if (probe.connected()) return true;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+int RunnerProcess::stop(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+void RunnerProcess::kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string RunnerProcess::workspace(const std::string& key, const std::string& caller) const {
+  return state_dir_ + "/workspaces/" + caller + "/" + key;
+}
+
+std::string RunnerProcess::log() const { return read_file(log_path_); }
+
+CommandResult RunnerProcess::client(const std::vector<std::string>& args, std::chrono::seconds timeout) const {
+  std::vector<std::string> argv{MOTOR_CLIENT_BIN, "--socket", socket_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, {}, timeout);
+}
+
+RawClient::RawClient(const std::string& socket_path) {
+  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+}
+
+RawClient::~RawClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool RawClient::send_bytes(const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RawClient::send_frame(const std::string& json) { return send_bytes(protocol::encode_frame(json)); }
+
+std::optional<std::string> RawClient::read_frame(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (buffer_.size() >= 4) {
+      const auto* h = reinterpret_cast<const unsigned char*>(buffer_.data());
+      const size_t len = (size_t{h[0]} << 24) | (size_t{h[1]} << 16) | (size_t{h[2]} << 8) | h[3];
+      if (buffer_.size() >= 4 + len) {
+        std::string payload = buffer_.substr(4, len);
+        buffer_.erase(0, 4 + len);
+        return payload;
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+    char buf[65536];
+    const ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[65536];
+    const ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (n < 0) return false;
+  }
+}
+
+std::string json_field(const std::string& json, const std::string& path) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(json).get(root)) return "<invalid json>";
+  simdjson::dom::element e;
+  if (root.at_pointer(path).get(e)) return "<missing>";
+  std::string_view s;
+  if (!e.get_string().get(s)) return std::string(s);
+  return simdjson::minify(e);
+}
+
+}  // namespace motor::test

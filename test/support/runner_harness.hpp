@@ -1,0 +1,95 @@
+// Test support: a real motor-runner process on a temporary state directory and socket, a raw
+// protocol client, and helpers that look at the real process table. Everything a test starts
+// is stopped and removed in the destructors, also when the test fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace motor::test {
+
+// Skips (or, under CI=true, fails) when the test cannot run here.
+#define MOTOR_REQUIRE(cond, why)                                                   \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      if (::motor::test::in_ci()) FAIL() << "required under CI=true: " << (why);  \
+      GTEST_SKIP() << (why);                                                       \
+    }                                                                              \
+  } while (0)
+
+bool in_ci();
+std::string make_temp_dir();
+void remove_tree(const std::string& path);
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& text);
+// A string unique to this test run, to find the processes a test started in /proc.
+std::string unique_marker();
+// Pids of processes whose command line contains `marker`.
+std::vector<pid_t> processes_with(const std::string& marker);
+// Peak resident set size (VmHWM) of a process, in bytes.
+int64_t peak_rss_bytes(pid_t pid);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+// Runs a program with the given environment additions; waits at most `timeout`.
+CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add = {},
+                          std::chrono::seconds timeout = std::chrono::seconds(120));
+
+class RunnerProcess {
+ public:
+  // `extra_config` is appended to a config naming a test cgroup parent and small limits.
+  explicit RunnerProcess(std::string extra_config = "");
+  ~RunnerProcess();
+  RunnerProcess(const RunnerProcess&) = delete;
+  RunnerProcess& operator=(const RunnerProcess&) = delete;
+
+  // Starts (or restarts) the runner on the same state directory; waits for its socket.
+  bool start();
+  // SIGTERM, then wait; returns the exit status (or -1).
+  int stop(std::chrono::seconds timeout = std::chrono::seconds(30));
+  void kill9();
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& state_dir() const { return state_dir_; }
+  const std::string& dir() const { return dir_; }
+  std::string workspace(const std::string& key, const std::string& caller = "root") const;
+  std::string log() const;
+  const std::string& cgroup_parent() const { return cgroup_parent_; }
+  // Runs the `motor` client against this runner.
+  CommandResult client(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) const;
+
+ private:
+  std::string dir_, state_dir_, socket_, config_path_, log_path_, cgroup_parent_;
+  pid_t pid_ = -1;
+};
+
+// A protocol client on a raw socket, for what the CLI never sends.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& socket_path);
+  ~RawClient();
+  bool connected() const { return fd_ >= 0; }
+  bool send_bytes(const std::string& bytes);
+  bool send_frame(const std::string& json);
+  // The next frame's payload, or nullopt on EOF/timeout.
+  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+  // True once the runner has closed the connection (EOF within the timeout).
+  bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// The value of a top-level string or integer field in a JSON object (simple lookup for tests).
+std::string json_field(const std::string& json, const std::string& path);
+
+}  // namespace motor::test
