@@ -70,8 +70,16 @@ std::string summarize(const protocol::RunParams& p) {
       s += a;
     }
   }
-  if (s.size() > 200) s = s.substr(0, 197) + "...";
-  return s;
+  // One line for listings and logs: whitespace runs (newlines included) become one space.
+  std::string line;
+  for (char c : s) {
+    const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (space && (line.empty() || line.back() == ' ')) continue;
+    line.push_back(space ? ' ' : c);
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  if (line.size() > 200) line = line.substr(0, 197) + "...";
+  return line;
 }
 
 }  // namespace
