@@ -27,7 +27,7 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 }
 
 volatile sig_atomic_t g_interrupts = 0;
-bool interrupted() { return g_interrupts > 0; }
+bool interrupted() { return g_interrupts > 0; }  // SIGINT arrives only inside ppoll
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -315,6 +315,10 @@ int run_cli(const CliOptions& o) {
     sa.sa_handler = [](int) { g_interrupts = g_interrupts + 1; };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);  // no SA_RESTART: the wait wakes up and cancels the job
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, nullptr);  // delivered only while waiting (Connection::read)
     signal(SIGPIPE, SIG_IGN);
     const bool run = o.command == "run";
     auto id = run ? conn->request("exec.run", run_params(o))

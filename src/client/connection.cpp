@@ -1,6 +1,7 @@
 #include "client/connection.hpp"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -54,7 +55,12 @@ Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
   std::vector<char> buf(64 * 1024);
   while (frames_.empty()) {
     pollfd p{fd_.get(), POLLIN, 0};
-    const int pr = poll(&p, 1, -1);
+    // SIGINT is blocked except inside ppoll (run_cli blocks it), so a Ctrl-C can only land
+    // here, as EINTR, never in a gap where it would be missed.
+    sigset_t during_wait;
+    sigprocmask(SIG_SETMASK, nullptr, &during_wait);
+    sigdelset(&during_wait, SIGINT);
+    const int pr = ppoll(&p, 1, nullptr, &during_wait);
     if (pr < 0 && errno == EINTR) {
       if (interrupted && interrupted()) return make_error("interrupted", "interrupted");
       continue;

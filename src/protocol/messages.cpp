@@ -71,7 +71,12 @@ class FieldReader {
     if (e->type() == element_type::DOUBLE) {
       double d = 0;
       if (e->get_double().get(d)) return wrong(name, "a number", *e);
-      if (d != std::floor(d) || d < static_cast<double>(min) || d > static_cast<double>(max)) return range(name, min, max);
+      // 2^63 is the first double past INT64_MAX (which rounds up to it): converting it or
+      // anything larger to int64_t is undefined, so the bound is checked as a double first.
+      if (d != std::floor(d) || d < static_cast<double>(min) || d >= 9223372036854775808.0 ||
+          static_cast<int64_t>(d) > max) {
+        return range(name, min, max);
+      }
       out = static_cast<int64_t>(d);
       return;
     }
@@ -257,12 +262,16 @@ Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view p
   if (!obj) return obj.error();
   FieldReader r(*obj, "params.");
   JobRef ref;
-  r.string("job_id", [&](std::string s) { ref.job_id = std::move(s); }, job_id_required);
+  bool given = false;
+  r.string("job_id", [&](std::string s) { ref.job_id = std::move(s); given = true; }, job_id_required);
   std::optional<int64_t> from;
   r.integer("from_seq", from, 1, INT64_MAX);
   if (r.error()) return *r.error();
   if (from) ref.from_seq = *from;
-  if (!ref.job_id.empty() && !is_job_id(ref.job_id)) return bad("field \"params.job_id\" is not a job id (a lowercase UUID)");
+  // Only absence (or null) is optional: an empty string is not a job id.
+  if (given && !is_job_id(ref.job_id)) {
+    return bad("field \"params.job_id\" is not a job id (a lowercase UUID)");
+  }
   return ref;
 }
 

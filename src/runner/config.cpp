@@ -68,6 +68,10 @@ pids_max = 4096
 max_running_jobs = 64
 # Most bytes of command, argv and environment in one request.
 max_argument_size = 256K
+# motor-init, PID 1 of every job's sandbox. Empty: the motor-init beside motor-runner.
+init_path = ""
+# Size cap of each job's private /tmp (a tmpfs).
+job_tmp_size = 1G
 
 # --- Output and history -----------------------------------------------------------------------
 
@@ -304,7 +308,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 24> kKeys = {{
+const std::array<KeySpec, 26> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -435,6 +439,16 @@ const std::array<KeySpec, 24> kKeys = {{
     {"job_log_max_size", false,
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 50, c.job_log_max_bytes);
+     }},
+    {"init_path", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (!v.scalar.empty() && v.scalar.front() != '/') return "expected an absolute path, got " + shown(v.scalar);
+       c.init_path = v.scalar;
+       return std::nullopt;
+     }},
+    {"job_tmp_size", false,
+     [](Config& c, Value& v) {
+       return to_size(v.scalar, int64_t{1} << 20, int64_t{1} << 40, c.job_tmp_bytes);
      }},
     {"client_buffer_size", false,
      [](Config& c, Value& v) {

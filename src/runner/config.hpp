@@ -38,6 +38,10 @@ struct Config {
   int64_t pids_max = 4096;
   int64_t max_running_jobs = 64;
   int64_t max_argument_bytes = 256 * 1024;   // command/argv/env total per request
+  // The job sandbox: motor-init's path (empty: beside the motor-runner executable) and the
+  // size cap of each job's private /tmp.
+  std::string init_path;
+  int64_t job_tmp_bytes = int64_t{1} << 30;
 
   // Output history kept per job on disk, and per client in flight (backpressure bound).
   int64_t job_log_max_bytes = int64_t{1} << 30;

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "motor/sys_error.hpp"
+#include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
@@ -61,7 +62,10 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   sandbox::CgroupLimits limits;
   limits.memory_bytes = launch.memory_bytes;
   limits.pids_max = launch.pids_max;
-  auto cg = cgroups.create(cgroup_name_, limits);
+  auto cg = [&] {
+    reactor::SlowCall timed("creating a job cgroup");
+    return cgroups.create(cgroup_name_, limits);
+  }();
   if (!cg) return cg.error();
   cgroup_ = std::move(*cg);
   // From here on a failure must remove the cgroup again.
@@ -75,8 +79,9 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   if (!log) return fail(log.error());
   log_.emplace(std::move(*log));
 
-  // Recorded before the clone: if the runner dies after it, the restart finds the cgroup.
-  runner_.save_state();
+  // state.json records the job in this loop iteration, before its `accepted` goes out; if the
+  // runner dies first, the restart finds the cgroup unnamed by any record and kills it.
+  runner_.request_save();
 
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
@@ -98,7 +103,10 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   spec.stderr_fd = err_write.get();
   spec.cgroup = cgroup_.get();
   spec.hooks = hooks;
-  auto spawned = sandbox::spawn_job(spec);
+  auto spawned = [&] {
+    reactor::SlowCall timed("spawning a job");
+    return sandbox::spawn_job(spec);
+  }();
   if (!spawned) return fail(spawned.error());
   started_hr_ns_ = uv_hrtime();
   pid_ = spawned->pid;
@@ -327,7 +335,12 @@ void Job::finish() {
   terminal_json_ = protocol::encode_terminal(t);
   append_record(terminal_json_);
 
-  if (auto s = cgroup_->remove(); !s) log_job(id_, "removing the cgroup: {}", s.error().message);
+  if (auto s = [&] {
+        reactor::SlowCall timed("removing a job cgroup");
+        return cgroup_->remove();
+      }();
+      !s)
+    log_job(id_, "removing the cgroup: {}", s.error().message);
   cgroup_.reset();
   deadline_.close();
   empty_poll_.close();

@@ -16,11 +16,13 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/version.hpp"
+#include "reactor/slow_call.hpp"
 #include "runner/env_filter.hpp"
 #include "runner/job_id.hpp"
 #include "runner/log.hpp"
 #include "runner/session.hpp"
 #include "runner/state_store.hpp"
+#include "sandbox/sandbox_plan.hpp"
 #include "workspace/workspace_dir.hpp"
 
 namespace motor::runner {
@@ -31,6 +33,8 @@ using protocol::JsonWriter;
 constexpr int64_t kRetryWhenFullMs = 5000;
 constexpr int64_t kRetryWhenDrainingMs = 30000;
 constexpr uint64_t kExitFlushMs = 2000;
+// Where a job sees its workspace (its cwd is below it, its $HOME is it).
+constexpr const char* kWorkspaceInJob = "/workspace";
 
 Status make_dir(const std::string& path, mode_t mode) {
   if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
@@ -48,16 +52,6 @@ void remove_job_dir(const std::string& dir) {
     closedir(d);
   }
   rmdir(dir.c_str());
-}
-
-// Resolves a bare command name against the job's fixed PATH.
-std::string resolve_executable(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
-    std::string candidate = std::string(dir) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "/usr/bin/" + name;  // exec reports "No such file or directory", as a shell would
 }
 
 std::string summarize(const protocol::RunParams& p) {
@@ -92,9 +86,28 @@ Runner::Runner(uv_loop_t* loop, Config config)
 Runner::~Runner() = default;
 
 Status Runner::start() {
+  reactor::SlowCall::set_reporter([](std::string_view what, uint64_t us) {
+    log_warning("{} stalled the loop for {:.1f} ms", what, static_cast<double>(us) / 1000.0);
+  });
   auto account = sandbox::lookup_unprivileged_account(config_.job_user);
   if (!account) return account.error();
   job_account_ = *account;
+  if (group* g = getgrgid(job_account_.gid)) job_group_name_ = g->gr_name;
+  else job_group_name_ = job_account_.name;
+
+  init_path_ = config_.init_path;
+  if (init_path_.empty()) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      std::string exe(self, static_cast<size_t>(n));
+      init_path_ = exe.substr(0, exe.rfind('/')) + "/motor-init";
+    }
+  }
+  if (access(init_path_.c_str(), X_OK) != 0) {
+    return make_error("config", fmt::format("motor-init is not at {}: build it (it is built beside motor-runner) or set "
+                                            "init_path in the config", init_path_));
+  }
 
   if (auto s = make_dir(config_.state_dir, 0711); !s) return s;
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
@@ -109,6 +122,9 @@ Status Runner::start() {
 
   if (auto s = recover(); !s) return s;
   if (auto s = listen(); !s) return s;
+
+  uv_check_init(loop_, saver_.get());
+  saver_.initialized(this);
 
   for (auto* sig : {&sigterm_, &sigint_}) {
     uv_signal_init(loop_, sig->get());
@@ -156,15 +172,26 @@ Status Runner::recover() {
     t.ran = "remote";
     std::string terminal;
     if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
-      t.seq = log->last_seq() + 1;
-      terminal = protocol::encode_terminal(t);
-      if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) {
-        log_warning("job {}: {}", pj.job_id, seq.error().message);
+      // The job may have ended and had its terminal record logged just before the crash.
+      std::string scratch;
+      if (auto cursor = log->cursor_at(log->last_seq()); cursor && log->last_seq() > 0) {
+        if (auto last = log->read(*cursor, scratch); last && *last && (*last)->kind == JobLog::Kind::kRecord &&
+                                                     (*last)->payload.starts_with("{\"type\":\"terminal\"")) {
+          terminal = std::string((*last)->payload);
+        }
+      }
+      if (terminal.empty()) {
+        t.seq = log->last_seq() + 1;
+        terminal = protocol::encode_terminal(t);
+        if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) {
+          log_warning("job {}: {}", pj.job_id, seq.error().message);
+        }
       }
     } else {
       terminal = protocol::encode_terminal(t);
     }
-    log_warning("job {} was running when the runner stopped; its processes were killed, outcome unknown", pj.job_id);
+    log_warning("job {} was running when the runner stopped; its processes were killed; outcome: {}", pj.job_id,
+                terminal.find("outcome_unknown") != std::string::npos ? "unknown" : "recorded before the stop");
     jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
   }
   // Job cgroups that no record names (the runner died between creating one and saving state).
@@ -387,16 +414,26 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   }
 
   const auto env = filter_env(p.env, config_.env_allow);
+  // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
+  // motor-init as PID 1 running the command. Planned here, in the runner; the child only
+  // makes the system calls.
+  sandbox::SandboxConfig box;
+  box.workspace = {*ws, kWorkspaceInJob};
+  box.tmp_size_bytes = static_cast<uint64_t>(config_.job_tmp_bytes);
+  box.uid = job_account_.uid;
+  box.gid = job_account_.gid;
+  box.user_name = job_account_.name;
+  box.group_name = job_group_name_;
+  box.init_path = init_path_;
+  auto plan = sandbox::plan_sandbox(box);
+  if (!plan) return refuse_job(session, r.id, "workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
+  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
+
   JobLaunch launch;
-  if (p.command) {
-    launch.executable = "/bin/sh";
-    launch.argv = {"/bin/sh", "-c", *p.command};
-  } else {
-    launch.argv = p.argv;
-    launch.executable = resolve_executable(p.argv[0]);
-  }
-  launch.env = job_env(*ws, job_account_.name, env.forwarded);
-  launch.cwd = cwd;
+  launch.executable = sandbox::kSandboxInitPath;
+  launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
+  launch.env = job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
+  launch.cwd = rel->empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + *rel;
   launch.summary = summarize(p);
   launch.timeout_s = timeout_s;
   launch.memory_bytes = memory;
@@ -409,11 +446,11 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
   Job* jp = job.get();
   jobs_[*id] = std::move(job);
-  if (auto s = jp->start(launch, *cgroups_, nullptr); !s) {
+  if (auto s = jp->start(launch, *cgroups_, &hooks); !s) {
     log_error("job {}: could not start: {}", *id, s.error().message);
     jobs_.erase(*id);
     remove_job_dir(job_dir(*id));
-    save_state();
+    request_save();
     return refuse_job(session, r.id, "workspace_setup_failed", s.error().message);
   }
   protocol::AcceptedRecord a;
@@ -422,8 +459,13 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   a.env_not_forwarded = env.not_forwarded;
   a.platform = p.platform;
   a.network = p.network;
-  session.send(protocol::with_request_id(r.id, protocol::encode_accepted(a)));
-  jp->follow(session, r.id, 1);
+  // `accepted` promises the job is on record: it goes out once state.json says so.
+  Session* s = &session;
+  request_save([this, s, request_id = r.id, accepted = protocol::encode_accepted(a), job_id = *id] {
+    if (!sessions_.count(s)) return;  // the client left; the job runs on, attachable later
+    s->send(protocol::with_request_id(request_id, accepted));
+    if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
+  });
   update_status();
 }
 
@@ -537,12 +579,36 @@ void Runner::save_state() {
     pj.terminal_json = job->terminal_json();
     st.jobs.push_back(std::move(pj));
   }
+  reactor::SlowCall timed("saving state.json");
   if (auto s = runner::save_state(config_.state_dir, st); !s) log_error("saving state: {}", s.error().message);
+}
+
+void Runner::request_save(std::function<void()> then) {
+  if (then) after_save_.push_back(std::move(then));
+  if (!saver_.live()) {  // before the loop runs (start-up): save now
+    save_state();
+    auto callbacks = std::move(after_save_);
+    after_save_.clear();
+    for (auto& cb : callbacks) cb();
+    return;
+  }
+  if (save_pending_) return;
+  save_pending_ = true;
+  uv_check_start(saver_.get(), [](uv_check_t* h) {
+    auto* self = reactor::owner_of<Runner>(h);
+    if (!self) return;
+    uv_check_stop(h);
+    self->save_pending_ = false;
+    self->save_state();
+    auto callbacks = std::move(self->after_save_);
+    self->after_save_.clear();
+    for (auto& cb : callbacks) cb();
+  });
 }
 
 void Runner::job_finished(Job&) {
   evict_finished();
-  save_state();
+  request_save();
   update_status();
   if (shutting_down_) maybe_exit();
 }

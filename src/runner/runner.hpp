@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -43,8 +44,10 @@ class Runner {
   void session_drained(Session& session);
   void handle_frame(Session& session, const std::string& frame);
 
-  // From jobs.
-  void save_state();
+  // From jobs. State changes are saved once per loop iteration, however many jobs changed in
+  // it: a save (write, fsync, rename, fsync) costs milliseconds, and 20 jobs starting at once
+  // must not pay it 20 times. `then` runs once the change is durable.
+  void request_save(std::function<void()> then = nullptr);
   void job_finished(Job& job);
 
  private:
@@ -66,10 +69,13 @@ class Runner {
   void evict_finished();
   void update_status();
   size_t running_jobs() const;
+  void save_state();
 
   uv_loop_t* loop_;
   Config config_;
   sandbox::Account job_account_;
+  std::string job_group_name_;
+  std::string init_path_;  // motor-init on the host
   std::unique_ptr<sandbox::CgroupDriver> cgroups_;
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
@@ -77,6 +83,9 @@ class Runner {
   reactor::UvHandle<uv_pipe_t> listener_;
   reactor::UvHandle<uv_signal_t> sigterm_, sigint_;
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
+  reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
+  bool save_pending_ = false;
+  std::vector<std::function<void()>> after_save_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
   bool draining_ = false;

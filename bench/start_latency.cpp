@@ -1,0 +1,157 @@
+// Job start latency and the loop's worst stall, as ratios against a baseline measured in the
+// same run (bench/README.md).
+//
+//  1. Start latency: request sent to the first output byte of `/bin/echo x`, through a real
+//     runner (one client, one job at a time), against posix_spawn of the same command with a
+//     pipe, from the call to the first byte. Medians of N runs each, interleaved.
+//  2. Loop stall: 20 clients each submit a job at the same moment; the runner's own meter
+//     (runner.status loop_worst_stall_us) reports the longest time one loop iteration spent
+//     running callbacks, compared with one job's median start latency.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "support/runner_harness.hpp"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using motor::test::json_field;
+using motor::test::RawClient;
+using motor::test::RunnerProcess;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// posix_spawn of /bin/echo x: microseconds from the call to the first byte on the pipe.
+double spawn_once() {
+  int fds[2];
+  if (pipe(fds) < 0) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  char* argv[] = {const_cast<char*>("/bin/echo"), const_cast<char*>("x"), nullptr};
+  const auto t0 = Clock::now();
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/bin/echo", &fa, nullptr, argv, environ) != 0) return -1;
+  close(fds[1]);
+  char c;
+  const ssize_t n = read(fds[0], &c, 1);
+  const auto t1 = Clock::now();
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return n == 1 ? std::chrono::duration<double, std::micro>(t1 - t0).count() : -1;
+}
+
+// One job through the runner: microseconds from sending exec.run to its first output record.
+double motor_once(const std::string& socket, int id) {
+  RawClient c(socket);
+  if (!c.connected()) return -1;
+  const auto t0 = Clock::now();
+  c.send_frame(fmt::format(R"({{"id":{},"method":"exec.run","params":{{"argv":["/bin/echo","x"]}}}})", id));
+  double first = -1;
+  for (;;) {
+    auto f = c.read_frame(std::chrono::milliseconds(10000));
+    if (!f) return -1;
+    const std::string type = json_field(*f, "/type");
+    if (type == "output" && first < 0) first = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (type == "terminal" || !json_field(*f, "/error/code").starts_with("<")) break;
+  }
+  return first;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int runs = argc > 1 ? std::atoi(argv[1]) : 200;
+  if (geteuid() != 0) {
+    fmt::print(stderr, "bench: run as root (the runner creates cgroups and switches accounts)\n");
+    return 1;
+  }
+  RunnerProcess runner("max_running_jobs = 64\n");
+  if (!runner.start()) {
+    fmt::print(stderr, "bench: the runner did not start:\n{}\n", runner.log());
+    return 1;
+  }
+  // Warm up both paths (page cache, first cgroup creation).
+  for (int i = 0; i < 5; ++i) {
+    spawn_once();
+    motor_once(runner.socket(), i);
+  }
+  std::vector<double> spawn_us, motor_us;
+  for (int i = 0; i < runs; ++i) {
+    const double s = spawn_once();
+    const double m = motor_once(runner.socket(), i);
+    if (s > 0) spawn_us.push_back(s);
+    if (m > 0) motor_us.push_back(m);
+  }
+  const double spawn_median = median(spawn_us), motor_median = median(motor_us);
+  fmt::print("start latency (request to first output byte), {} runs each, interleaved:\n", runs);
+  fmt::print("  posix_spawn /bin/echo  median {:8.0f} us   p90 {:8.0f} us\n", spawn_median, percentile(spawn_us, 0.9));
+  fmt::print("  motor run /bin/echo    median {:8.0f} us   p90 {:8.0f} us\n", motor_median, percentile(motor_us, 0.9));
+  fmt::print("  ratio motor / posix_spawn (median): {:.1f}\n", motor_median / spawn_median);
+
+  // The loop's worst stall while 20 jobs start at once.
+  std::vector<double> stalls;
+  for (int round = 0; round < 5; ++round) {
+    {
+      RawClient status(runner.socket());
+      status.send_frame(R"({"id":1,"method":"runner.status","params":{"reset_stall":true}})");
+      status.read_frame();
+    }
+    std::vector<std::unique_ptr<RawClient>> clients;
+    for (int i = 0; i < 20; ++i) clients.push_back(std::make_unique<RawClient>(runner.socket()));
+    for (int i = 0; i < 20; ++i) {
+      clients[static_cast<size_t>(i)]->send_frame(
+          fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"echo started; sleep 0.2"}}}})", i));
+    }
+    for (auto& c : clients) {
+      for (;;) {
+        auto f = c->read_frame(std::chrono::milliseconds(30000));
+        if (!f || json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
+      }
+    }
+    RawClient status(runner.socket());
+    status.send_frame(R"({"id":2,"method":"runner.status","params":{}})");
+    auto reply = status.read_frame();
+    if (reply) stalls.push_back(std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()));
+  }
+  const double stall_median = median(stalls);
+  fmt::print("loop worst stall while 20 jobs start at once, 5 rounds:\n");
+  fmt::print("  median of the rounds' worst stalls {:8.0f} us   max {:8.0f} us\n", stall_median,
+             *std::max_element(stalls.begin(), stalls.end()));
+  fmt::print("  ratio worst stall / one job's median start latency: {:.2f}\n", stall_median / motor_median);
+  // What the runner itself measured as slow on its loop (SlowCall), for the report.
+  const std::string log = runner.log();
+  size_t slow = 0, at = 0;
+  std::string examples;
+  while ((at = log.find("stalled the loop", at)) != std::string::npos) {
+    const size_t begin = log.rfind('\n', at) + 1;
+    const size_t end = log.find('\n', at);
+    if (++slow <= 8) examples += "    " + log.substr(begin, end - begin) + "\n";
+    at = end;
+  }
+  fmt::print("calls the runner logged as stalling its loop (>= 5 ms): {}\n{}", slow, examples);
+  runner.stop();
+  return 0;
+}

@@ -1,0 +1,16 @@
+// The job's /dev: a tmpfs with null, zero, full, random, urandom and tty, a private /dev/shm, a
+// fresh devpts instance (its own ptys, not the host's), the std fd links, and nothing else.
+// Read-only once built: the job cannot add to it (and cannot mknod anywhere: no CAP_MKNOD, and
+// every other mount is nodev).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sandbox/mounts.hpp"
+
+namespace motor::sandbox {
+
+void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes);
+
+}  // namespace motor::sandbox

@@ -1,0 +1,348 @@
+#include "sandbox/mounts.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "motor/sys_error.hpp"
+
+namespace motor::sandbox {
+namespace {
+
+int openat2_beneath(int dirfd, const char* name, uint64_t flags) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, name, &how, sizeof(how)));
+}
+
+int openat2_host(const char* path) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how)));
+}
+
+void close_if(int& fd) {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+// Creates and enters each parent directory of `op.target` below `root`, never following a
+// symlink. `out` is `root` itself or a new fd the caller closes.
+int walk_parents(int root, const MountOp& op, int& out) {
+  int cur = root;
+  for (const std::string& comp : op.parents) {
+    if (mkdirat(cur, comp.c_str(), 0755) != 0 && errno != EEXIST) {
+      const int err = errno;
+      if (cur != root) close(cur);
+      return err;
+    }
+    const int next = openat2_beneath(cur, comp.c_str(), O_PATH | O_DIRECTORY);
+    const int err = errno;
+    if (cur != root) close(cur);
+    if (next < 0) return err;
+    cur = next;
+  }
+  out = cur;
+  return 0;
+}
+
+int new_filesystem(const MountOp& op, int& mnt) {
+  const int fs = fsopen(op.source.c_str(), FSOPEN_CLOEXEC);
+  if (fs < 0) return errno;
+  int err = 0;
+  for (const auto& [key, value] : op.fs_options) {
+    const int rc = value.empty() ? fsconfig(fs, FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
+                                 : fsconfig(fs, FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
+    if (rc != 0) {
+      err = errno;
+      break;
+    }
+  }
+  if (err == 0 && fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) err = errno;
+  if (err == 0) {
+    mnt = fsmount(fs, FSMOUNT_CLOEXEC, static_cast<unsigned>(op.attr_set));
+    if (mnt < 0) err = errno;
+  }
+  close(fs);
+  return err;
+}
+
+int set_read_only(int mnt) {
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_RDONLY;
+  return mount_setattr(mnt, "", AT_EMPTY_PATH, &attr, sizeof(attr)) == 0 ? 0 : errno;
+}
+
+// Places one op below `dir` (the target's parent).
+int place(const MountOp& op, int dir, int& fd) {
+  const char* name = op.name.c_str();
+  switch (op.kind) {
+    case MountOpKind::kBind:
+    case MountOpKind::kFilesystem: {
+      const bool dir_target = op.kind == MountOpKind::kFilesystem || op.source_is_dir;
+      if (dir_target) {
+        if (mkdirat(dir, name, 0755) != 0 && errno != EEXIST) return errno;
+      } else {
+        if (mknodat(dir, name, S_IFREG | 0444, 0) != 0 && errno != EEXIST) return errno;
+      }
+      if (op.kind == MountOpKind::kFilesystem) {
+        if (int err = new_filesystem(op, fd); err != 0) return err;
+      }
+      const int target = openat2_beneath(dir, name, O_PATH | (dir_target ? O_DIRECTORY : 0));
+      if (target < 0) return errno;
+      const int rc = move_mount(fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+      const int err = errno;
+      close(target);
+      if (rc != 0) return err;
+      if (op.kind == MountOpKind::kBind) close_if(fd);  // kFilesystem keeps it for read_only_after
+      return 0;
+    }
+    case MountOpKind::kFile: {
+      const int f = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, op.mode);
+      if (f < 0) return errno;
+      size_t done = 0;
+      while (done < op.content.size()) {
+        const ssize_t n = write(f, op.content.data() + done, op.content.size() - done);
+        if (n <= 0) {
+          const int err = n < 0 ? errno : EIO;
+          close(f);
+          return err;
+        }
+        done += static_cast<size_t>(n);
+      }
+      close(f);
+      return 0;
+    }
+    case MountOpKind::kSymlink:
+      return symlinkat(op.source.c_str(), dir, name) == 0 ? 0 : errno;
+    case MountOpKind::kCharDevice:
+      if (mknodat(dir, name, S_IFCHR | op.mode, op.device) != 0) return errno;
+      return fchmodat(dir, name, op.mode, 0) == 0 ? 0 : errno;
+  }
+  return EINVAL;
+}
+
+}  // namespace
+
+Status validate_absolute_path(const std::string& path, const std::string& what) {
+  if (path.empty() || path[0] != '/') return make_error("config", what + " must be an absolute path: '" + path + "'");
+  if (path == "/") return {};
+  if (path.back() == '/') return make_error("config", what + " must not end in '/': '" + path + "'");
+  if (path.find('\0') != std::string::npos) return make_error("config", what + " holds a NUL byte");
+  for (const std::string& comp : path_components(path)) {
+    if (comp.empty() || comp == "." || comp == "..")
+      return make_error("config", what + " must be normalized (no '//', '.' or '..'): '" + path + "'");
+  }
+  return {};
+}
+
+std::vector<std::string> path_components(const std::string& path) {
+  std::vector<std::string> out;
+  size_t pos = 1;
+  while (pos <= path.size()) {
+    const size_t next = path.find('/', pos);
+    const size_t end = next == std::string::npos ? path.size() : next;
+    out.push_back(path.substr(pos, end - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+Status check_no_symlink_parents(const std::string& path, const std::string& what) {
+  size_t pos = 0;
+  while ((pos = path.find('/', pos + 1)) != std::string::npos) {
+    const std::string prefix = path.substr(0, pos);
+    struct stat st {};
+    if (lstat(prefix.c_str(), &st) != 0) return sys_error(what + ": " + prefix);
+    if (S_ISLNK(st.st_mode))
+      return make_error("config", what + " '" + path + "' goes through the symlink '" + prefix +
+                                      "'; configure the resolved path");
+  }
+  return {};
+}
+
+static void set_target(MountOp& op, const std::string& target) {
+  op.target = target;
+  op.parents = path_components(target);
+  op.name = op.parents.back();
+  op.parents.pop_back();
+}
+
+MountOp bind_op(const std::string& source, const std::string& target, bool is_dir, uint64_t attr_set,
+                const std::string& stage) {
+  MountOp op;
+  op.kind = MountOpKind::kBind;
+  set_target(op, target);
+  op.source = source;
+  op.source_is_dir = is_dir;
+  op.attr_set = attr_set;
+  op.stage = stage;
+  return op;
+}
+
+MountOp filesystem_op(const std::string& fstype, const std::string& target,
+                      std::vector<std::pair<std::string, std::string>> options, uint64_t attr_set,
+                      bool read_only_after) {
+  MountOp op;
+  op.kind = MountOpKind::kFilesystem;
+  set_target(op, target);
+  op.source = fstype;
+  op.fs_options = std::move(options);
+  op.attr_set = attr_set;
+  op.read_only_after = read_only_after;
+  op.stage = "mount " + fstype + " at " + target;
+  return op;
+}
+
+MountOp file_op(const std::string& target, std::string content, mode_t mode) {
+  MountOp op;
+  op.kind = MountOpKind::kFile;
+  set_target(op, target);
+  op.content = std::move(content);
+  op.mode = mode;
+  op.stage = "write " + target;
+  return op;
+}
+
+MountOp symlink_op(const std::string& target, const std::string& text) {
+  MountOp op;
+  op.kind = MountOpKind::kSymlink;
+  set_target(op, target);
+  op.source = text;
+  op.stage = "symlink " + target + " -> " + text;
+  return op;
+}
+
+MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode) {
+  MountOp op;
+  op.kind = MountOpKind::kCharDevice;
+  set_target(op, target);
+  op.device = makedev(major, minor);
+  op.mode = mode;
+  op.stage = "mknod " + target;
+  return op;
+}
+
+Status finish_mount_plan(MountPlan& plan) {
+  std::stable_sort(plan.ops.begin(), plan.ops.end(),
+                   [](const MountOp& a, const MountOp& b) { return a.target < b.target; });
+  for (size_t i = 1; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].target == plan.ops[i - 1].target)
+      return make_error("config", "two sandbox mounts share the target " + plan.ops[i].target);
+  }
+  return {};
+}
+
+MountScratch make_mount_scratch(const MountPlan& plan) {
+  MountScratch scratch;
+  scratch.fds.assign(plan.ops.size(), -1);
+  return scratch;
+}
+
+int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stage) {
+  // 1. Nothing we do may propagate back to the host.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    stage = "mounts: make / recursively private";
+    return errno;
+  }
+  // 2. Capture every bind source now, as a detached copy of its mount tree with the final flags,
+  //    before anything is mounted over the host's paths.
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const MountOp& op = plan.ops[i];
+    if (op.kind != MountOpKind::kBind) continue;
+    stage = op.stage.c_str();
+    const int src = openat2_host(op.source.c_str());
+    if (src < 0) return errno;
+    struct stat st {};
+    if (fstat(src, &st) != 0 || S_ISDIR(st.st_mode) != op.source_is_dir || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+      close(src);
+      return ENOTDIR;  // the source changed kind since the plan was made
+    }
+    scratch.fds[i] = open_tree(src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+    const int err = errno;
+    close(src);
+    if (scratch.fds[i] < 0) return err;
+    mount_attr attr{};
+    attr.attr_set = op.attr_set;
+    attr.propagation = MS_PRIVATE;
+    if (mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) return errno;
+  }
+  // 3. The new root: an empty tmpfs, attached at the staging directory.
+  int root = -1;
+  stage = "mounts: new root tmpfs";
+  {
+    const int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0) return errno;
+    int err = 0;
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "size", plan.root_size.c_str(), 0) != 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) != 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+      err = errno;
+    } else {
+      root = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+      if (root < 0) err = errno;
+    }
+    close(fs);
+    if (err != 0) return err;
+  }
+  stage = "mounts: attach the new root at the staging directory";
+  if (move_mount(root, "", AT_FDCWD, plan.staging.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    const int err = errno;
+    close(root);
+    return err;
+  }
+  // 4. Everything, parents first.
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const MountOp& op = plan.ops[i];
+    stage = op.stage.c_str();
+    int dir = -1;
+    int err = walk_parents(root, op, dir);
+    if (err == 0) {
+      err = place(op, dir, scratch.fds[i]);
+      if (dir != root) close(dir);
+    }
+    if (err != 0) {
+      close(root);
+      return err;
+    }
+  }
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    if (!plan.ops[i].read_only_after) continue;
+    stage = plan.ops[i].stage.c_str();
+    if (int err = set_read_only(scratch.fds[i]); err != 0) {
+      close(root);
+      return err;
+    }
+  }
+  for (int& fd : scratch.fds) close_if(fd);
+  // 5. pivot_root into it and detach the old root: nothing of the host stays reachable.
+  stage = "mounts: pivot_root";
+  if (fchdir(root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) {
+    const int err = errno;
+    close(root);
+    return err;
+  }
+  stage = "mounts: detach the old root";
+  if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) {
+    const int err = errno;
+    close(root);
+    return err;
+  }
+  // 6. The root itself (and so /etc and every mount point) is read-only.
+  stage = "mounts: make / read-only";
+  const int err = set_read_only(root);
+  close(root);
+  return err;
+}
+
+}  // namespace motor::sandbox

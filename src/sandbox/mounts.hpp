@@ -1,0 +1,79 @@
+// The job's filesystem: an empty tmpfs root that only holds what the plan puts there, then
+// pivot_root with the old root detached. The plan (paths, file contents, options) is built in the
+// parent; the child walks it with the new mount API (open_tree, fsopen/fsmount, move_mount,
+// mount_setattr) and never follows a symlink while doing so: a job that planted a symlink in its
+// workspace cannot redirect a later job's mount.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "motor/expected.hpp"
+
+namespace motor::sandbox {
+
+enum class MountOpKind {
+  kBind,        // source (host path, captured before the root changes) -> target
+  kFilesystem,  // a fresh filesystem of type `source` (tmpfs, proc, devpts) at target
+  kFile,        // a regular file with `content` and `mode`
+  kSymlink,     // a symlink with text `source`
+  kCharDevice,  // mknod S_IFCHR `device` with `mode`
+};
+
+struct MountOp {
+  MountOpKind kind = MountOpKind::kBind;
+  std::string target;                // absolute path inside the sandbox
+  std::vector<std::string> parents;  // target's components but the last
+  std::string name;                  // target's last component
+  std::string source;                // kBind: host path; kFilesystem: fs type; kSymlink: link text
+  bool source_is_dir = true;         // kBind
+  uint64_t attr_set = 0;             // MOUNT_ATTR_* (kBind: applied recursively; kFilesystem: fsmount)
+  std::vector<std::pair<std::string, std::string>> fs_options;  // kFilesystem; empty value = flag
+  bool read_only_after = false;      // kFilesystem: made read-only once everything under it exists
+  std::string content;               // kFile
+  mode_t mode = 0;                   // kFile, kCharDevice
+  dev_t device = 0;                  // kCharDevice
+  std::string stage;                 // names the step in a setup failure ("bind /usr")
+};
+
+struct MountPlan {
+  std::vector<MountOp> ops;  // sorted by target: parents before children
+  // Where the new root is attached before pivot_root (inside the job's private mount namespace;
+  // every bind source is captured as a file descriptor before anything is mounted here).
+  std::string staging = "/tmp";
+  std::string root_size = "1m";
+};
+
+// Path checks used by every planner: absolute, no empty, "." or ".." component, no trailing '/'.
+Status validate_absolute_path(const std::string& path, const std::string& what);
+std::vector<std::string> path_components(const std::string& path);
+// Refuses a host path with a symlink in any component but the last (lstat in the parent).
+Status check_no_symlink_parents(const std::string& path, const std::string& what);
+
+MountOp bind_op(const std::string& source, const std::string& target, bool is_dir, uint64_t attr_set,
+                const std::string& stage);
+MountOp filesystem_op(const std::string& fstype, const std::string& target,
+                      std::vector<std::pair<std::string, std::string>> options, uint64_t attr_set,
+                      bool read_only_after);
+MountOp file_op(const std::string& target, std::string content, mode_t mode);
+MountOp symlink_op(const std::string& target, const std::string& text);
+MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode);
+
+// Sorts the ops and refuses duplicate targets.
+Status finish_mount_plan(MountPlan& plan);
+
+// Child scratch, sized in the parent so the child does not allocate.
+struct MountScratch {
+  std::vector<int> fds;  // one per op
+};
+MountScratch make_mount_scratch(const MountPlan& plan);
+
+// Child, as root, in the new mount namespace: MS_PRIVATE on everything, capture bind sources,
+// build the root, pivot_root, detach the old root, make the root read-only.
+int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stage);
+
+}  // namespace motor::sandbox

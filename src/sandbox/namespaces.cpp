@@ -1,0 +1,73 @@
+#include "sandbox/namespaces.hpp"
+
+#include <sched.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "motor/sys_error.hpp"
+
+namespace motor::sandbox {
+namespace {
+
+struct Kind {
+  const char* name;
+  uint64_t flag;
+  const char* stage;
+};
+
+constexpr Kind kKinds[] = {
+    {"mnt", CLONE_NEWNS, "mount namespace is not new"},
+    {"pid", CLONE_NEWPID, "PID namespace is not new"},
+    {"net", CLONE_NEWNET, "network namespace is not new"},
+    {"ipc", CLONE_NEWIPC, "IPC namespace is not new"},
+    {"uts", CLONE_NEWUTS, "UTS namespace is not new"},
+    {"cgroup", CLONE_NEWCGROUP, "cgroup namespace is not new"},
+};
+
+}  // namespace
+
+uint64_t job_namespace_flags() {
+  uint64_t flags = 0;
+  for (const Kind& kind : kKinds) flags |= kind.flag;
+  return flags;
+}
+
+Expected<NamespacePlan> plan_namespaces() {
+  NamespacePlan plan;
+  plan.clone_flags = job_namespace_flags();
+  for (const Kind& kind : kKinds) {
+    NamespaceIdentity id;
+    id.path = std::string("/proc/self/ns/") + kind.name;
+    id.stage = kind.stage;
+    struct stat st {};
+    if (stat(id.path.c_str(), &st) != 0) return sys_error("namespaces: stat " + id.path);
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    plan.parent.push_back(std::move(id));
+  }
+  return plan;
+}
+
+int enter_namespaces(const NamespacePlan& plan, const char*& stage) {
+  for (const NamespaceIdentity& id : plan.parent) {
+    struct stat st {};
+    if (stat(id.path.c_str(), &st) != 0) {
+      stage = "stat /proc/self/ns";
+      return errno;
+    }
+    if (st.st_dev == id.dev && st.st_ino == id.ino) {
+      stage = id.stage.c_str();
+      return EINVAL;
+    }
+  }
+  if (plan.clone_flags & CLONE_NEWCGROUP) {
+    if (unshare(CLONE_NEWCGROUP) != 0) {
+      stage = "unshare cgroup namespace at the job's cgroup";
+      return errno;
+    }
+  }
+  return 0;
+}
+
+}  // namespace motor::sandbox

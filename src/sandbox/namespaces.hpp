@@ -1,0 +1,38 @@
+// The job's namespaces: which ones clone3 creates, and a child-side check that they really are
+// new before anything touches mounts, the hostname or the network (a child that ran in the
+// runner's namespaces would otherwise change the host's).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+
+namespace motor::sandbox {
+
+// CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP.
+uint64_t job_namespace_flags();
+
+struct NamespaceIdentity {
+  std::string path;  // "/proc/self/ns/mnt"
+  std::string stage; // "mount namespace is not new"
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+struct NamespacePlan {
+  uint64_t clone_flags = 0;
+  std::vector<NamespaceIdentity> parent;  // the runner's own namespaces, recorded at plan time
+};
+
+Expected<NamespacePlan> plan_namespaces();
+
+// Child, first thing: every namespace differs from the parent's. Then, once attached to the
+// job's cgroup, a fresh cgroup namespace rooted there (on cgroup v1 the attach happens after
+// clone, so the clone-time cgroup namespace would be rooted at the runner's cgroup).
+int enter_namespaces(const NamespacePlan& plan, const char*& stage);
+
+}  // namespace motor::sandbox

@@ -1,0 +1,234 @@
+#include "sandbox/sandbox_plan.hpp"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <memory>
+#include <string_view>
+
+#include "motor/sys_error.hpp"
+#include "sandbox/capabilities.hpp"
+#include "sandbox/devices.hpp"
+#include "sandbox/fd_hygiene.hpp"
+#include "sandbox/hostname.hpp"
+#include "sandbox/loopback.hpp"
+#include "sandbox/proc.hpp"
+
+namespace motor::sandbox {
+namespace {
+
+constexpr uint64_t kReadOnly = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+constexpr uint64_t kWritable = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+// Paths the sandbox itself owns: a bind may not sit on, over or under them (under /tmp is fine:
+// the tmpfs is mounted first and the bind lands on it).
+constexpr std::array<std::string_view, 9> kOwned = {"/etc/passwd", "/etc/group", "/etc/hostname",
+                                                    "/etc/hosts",  "/etc/nsswitch.conf", "/proc",
+                                                    "/dev",        "/tmp",  "/.motor"};
+
+bool is_under(std::string_view path, std::string_view dir) {
+  return path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/';
+}
+
+Status check_bind_target(const std::string& target, const std::string& what) {
+  if (auto st = validate_absolute_path(target, what + " target"); !st) return st;
+  if (target == "/") return make_error("config", what + " cannot be bound over the sandbox's root");
+  for (std::string_view owned : kOwned) {
+    if (target == owned || is_under(owned, target))
+      return make_error("config", what + " target " + target + " would cover the sandbox's own " + std::string(owned));
+    if (owned != "/tmp" && is_under(target, owned))
+      return make_error("config", what + " target " + target + " lies inside the sandbox's own " + std::string(owned));
+  }
+  return {};
+}
+
+bool safe_passwd_field(const std::string& s) {
+  return s.find_first_of(":\n") == std::string::npos && s.find('\0') == std::string::npos;
+}
+
+// A host path that must exist as a directory (or a regular file) and is no symlink.
+Expected<bool> host_source(const std::string& path, const std::string& what) {
+  if (auto st = validate_absolute_path(path, what); !st) return st.error();
+  if (auto st = check_no_symlink_parents(path, what); !st) return st.error();
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return sys_error(what + " " + path);
+  if (S_ISDIR(st.st_mode)) return true;
+  if (S_ISREG(st.st_mode)) return false;
+  return make_error("config", what + " " + path + " is neither a directory nor a regular file");
+}
+
+Status add_bind(MountPlan& plan, const BindMount& bind, uint64_t attrs, const std::string& what) {
+  auto is_dir = host_source(bind.source, what);
+  if (!is_dir) return is_dir.error();
+  const std::string target = bind.target.empty() ? bind.source : bind.target;
+  if (auto st = check_bind_target(target, what); !st) return st;
+  plan.ops.push_back(bind_op(bind.source, target, *is_dir, attrs, "bind " + what + " " + bind.source + " at " + target));
+  return {};
+}
+
+Status add_toolchain(MountPlan& plan, const ToolchainPath& entry) {
+  const std::string what = "toolchain path";
+  if (auto st = validate_absolute_path(entry.path, what); !st) return st;
+  struct stat st {};
+  if (lstat(entry.path.c_str(), &st) != 0) {
+    if (errno == ENOENT && entry.optional) return {};
+    return sys_error(what + " " + entry.path);
+  }
+  if (auto ok = check_no_symlink_parents(entry.path, what); !ok) return ok;
+  if (auto ok = check_bind_target(entry.path, what); !ok) return ok;
+  if (S_ISLNK(st.st_mode)) {  // merged-/usr links (/bin -> usr/bin), /etc/localtime: same text
+    std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
+    const ssize_t n = readlink(entry.path.c_str(), text.data(), text.size());
+    if (n < 0 || static_cast<size_t>(n) >= text.size()) return sys_error("readlink " + entry.path);
+    text.resize(static_cast<size_t>(n));
+    plan.ops.push_back(symlink_op(entry.path, text));
+    return {};
+  }
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+    return make_error("config", what + " " + entry.path + " is neither a directory, a file nor a symlink");
+  plan.ops.push_back(bind_op(entry.path, entry.path, S_ISDIR(st.st_mode), kReadOnly, "bind toolchain " + entry.path));
+  return {};
+}
+
+Status check_init(const std::string& path) {
+  if (auto st = validate_absolute_path(path, "init_path"); !st) return st;
+  if (auto st = check_no_symlink_parents(path, "init_path"); !st) return st;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return sys_error("init_path " + path);
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
+    return make_error("config", "init_path " + path + " is not an executable regular file");
+  if (st.st_mode & 0022)
+    return make_error("config", "init_path " + path + " is group- or world-writable");
+  return {};
+}
+
+struct ChildState {
+  SandboxPlan plan;
+  MountScratch scratch;
+  mode_t saved_umask = 022;
+};
+
+}  // namespace
+
+std::vector<ToolchainPath> default_toolchain_paths() {
+  return {
+      {"/usr", false},
+      {"/bin", true},
+      {"/sbin", true},
+      {"/lib", true},
+      {"/lib32", true},
+      {"/lib64", true},
+      {"/libx32", true},
+      {"/etc/alternatives", true},
+      {"/etc/ld.so.cache", true},
+      {"/etc/ld.so.conf", true},
+      {"/etc/ld.so.conf.d", true},
+      {"/etc/ssl", true},
+      {"/etc/ca-certificates", true},
+      {"/etc/localtime", true},
+      {"/etc/services", true},
+      {"/etc/protocols", true},
+  };
+}
+
+Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
+  if (config.uid == 0 || config.gid == 0)
+    return make_error("config", "the job account must not be root (uid and gid must be non-zero)");
+  if (config.user_name.empty() || config.group_name.empty() || !safe_passwd_field(config.user_name) ||
+      !safe_passwd_field(config.group_name))
+    return make_error("config", "job user and group names must be non-empty, without ':' or newlines");
+  if (auto st = validate_hostname(config.hostname); !st) return st.error();
+  if (config.tmp_size_bytes == 0 || config.shm_size_bytes == 0)
+    return make_error("config", "tmp_size_bytes and shm_size_bytes must be set");
+  if (auto st = check_init(config.init_path); !st) return st.error();
+  if (config.workspace.source.empty()) return make_error("config", "the sandbox needs a workspace");
+
+  SandboxPlan plan;
+  auto ns = plan_namespaces();
+  if (!ns) return ns.error();
+  plan.namespaces = std::move(*ns);
+  auto caps = plan_capabilities();
+  if (!caps) return caps.error();
+  plan.capabilities = *caps;
+  auto seccomp = compile_seccomp_policy();
+  if (!seccomp) return seccomp.error();
+  plan.seccomp = std::move(*seccomp);
+  plan.hostname = config.hostname;
+
+  MountPlan& mounts = plan.mounts;
+  for (const ToolchainPath& entry : config.toolchain) {
+    if (auto st = add_toolchain(mounts, entry); !st) return st.error();
+  }
+  if (auto st = add_bind(mounts, config.workspace, kWritable, "workspace"); !st) return st.error();
+  for (const BindMount& bind : config.writable) {
+    if (auto st = add_bind(mounts, bind, kWritable, "writable path"); !st) return st.error();
+  }
+  for (const BindMount& bind : config.read_only) {
+    if (auto st = add_bind(mounts, bind, kReadOnly, "read-only path"); !st) return st.error();
+  }
+  mounts.ops.push_back(bind_op(config.init_path, kSandboxInitPath, false, kReadOnly, "bind motor-init"));
+
+  const std::string home = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
+  if (!safe_passwd_field(home)) return make_error("config", "workspace target holds ':' or a newline");
+  const std::string uid = std::to_string(config.uid);
+  const std::string gid = std::to_string(config.gid);
+  mounts.ops.push_back(file_op("/etc/passwd",
+                               "root:x:0:0:root:/root:/usr/sbin/nologin\n" + config.user_name + ":x:" + uid + ":" +
+                                   gid + ":Motor job:" + home + ":/bin/sh\n" +
+                                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                               0444));
+  mounts.ops.push_back(file_op("/etc/group", "root:x:0:\n" + config.group_name + ":x:" + gid + ":\nnogroup:x:65534:\n", 0444));
+  mounts.ops.push_back(file_op("/etc/hostname", config.hostname + "\n", 0444));
+  mounts.ops.push_back(file_op("/etc/hosts",
+                               "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
+                                   config.hostname + "\n",
+                               0444));
+  mounts.ops.push_back(file_op("/etc/nsswitch.conf",
+                               "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+                               "protocols: files\nservices: files\n",
+                               0444));
+  mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
+                                     kWritable, false));
+  plan_devices(mounts.ops, config.shm_size_bytes);
+  plan_proc(mounts.ops);
+  if (auto st = finish_mount_plan(mounts); !st) return st.error();
+  return plan;
+}
+
+ChildHooks make_child_hooks(const SandboxPlan& plan) {
+  auto state = std::make_shared<ChildState>();
+  state->plan = plan;
+  state->scratch = make_mount_scratch(state->plan.mounts);
+
+  ChildHooks hooks;
+  hooks.clone_flags = plan.namespaces.clone_flags;
+  hooks.before_credentials = [state](const char*& stage) -> int {
+    const SandboxPlan& p = state->plan;
+    state->saved_umask = umask(0);  // modes in the plan are exact
+    if (int err = enter_namespaces(p.namespaces, stage); err != 0) return err;
+    if (int err = apply_mounts(p.mounts, state->scratch, stage); err != 0) return err;
+    if (int err = apply_hostname(p.hostname, stage); err != 0) return err;
+    if (int err = bring_up_loopback(stage); err != 0) return err;
+    if (int err = drop_bounding_set(p.capabilities, stage); err != 0) return err;
+    umask(state->saved_umask);
+    return 0;
+  };
+  hooks.after_credentials = [state](const char*& stage) -> int {
+    const SandboxPlan& p = state->plan;
+    if (int err = close_inherited_fds(stage); err != 0) return err;
+    if (int err = drop_all_capabilities(p.capabilities, stage); err != 0) return err;
+    stage = "seccomp: load filter";
+    return load_seccomp_program(p.seccomp);  // last: it may refuse calls the steps above make
+  };
+  return hooks;
+}
+
+std::vector<std::string> init_argv(const std::vector<std::string>& command) {
+  std::vector<std::string> argv{"motor-init", "--"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+}  // namespace motor::sandbox

@@ -1,0 +1,80 @@
+// The Linux job sandbox (DESIGN.md "A Linux job", issue 3), as ChildHooks for spawn_job.
+//
+//   auto plan = plan_sandbox(config);          // parent: validates, formats, compiles seccomp
+//   ChildHooks hooks = make_child_hooks(*plan); // parent: captures the plan
+//   spec.executable = kSandboxInitPath;         // motor-init is PID 1 and execs the command
+//   spec.argv = init_argv(command);
+//   spec.hooks = &hooks;
+//
+// Everything that allocates or formats happens in plan_sandbox; the hooks only make syscalls.
+// A sandbox that cannot be built exactly as configured fails (plan error, or a setup-status
+// failure naming the step); nothing ever falls back to a weaker one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "sandbox/capabilities.hpp"
+#include "sandbox/mounts.hpp"
+#include "sandbox/namespaces.hpp"
+#include "sandbox/seccomp_policy.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace motor::sandbox {
+
+// Where motor-init appears inside the job's root (bound read-only from SandboxConfig::init_path).
+inline constexpr const char* kSandboxInitPath = "/.motor/motor-init";
+
+struct ToolchainPath {
+  std::string path;       // host path, bound read-only at the same path (a symlink is recreated)
+  bool optional = false;  // skipped if absent on the host; a required path that is absent fails
+};
+
+// /usr and the merged-/usr links, the loader cache, alternatives, CA certificates, a few /etc
+// files: enough for cc, make, cargo (from a configured toolchain path), python3 and git.
+std::vector<ToolchainPath> default_toolchain_paths();
+
+struct BindMount {
+  std::string source;  // absolute host path (no symlink in any component)
+  std::string target;  // absolute path inside the sandbox; empty = same as source
+};
+
+struct SandboxConfig {
+  std::vector<ToolchainPath> toolchain = default_toolchain_paths();  // read-only, nosuid, nodev
+  BindMount workspace;                // writable, nosuid, nodev; required; also the job's $HOME in passwd
+  std::vector<BindMount> writable;    // more writable binds (the workspace's target dir)
+  std::vector<BindMount> read_only;   // sibling workspaces, shared caches: read-only, nosuid, nodev
+  uint64_t tmp_size_bytes = uint64_t{1} << 30;  // private /tmp tmpfs cap
+  uint64_t shm_size_bytes = uint64_t{64} << 20; // /dev/shm tmpfs cap
+  std::string hostname = "motor-job";
+  uid_t uid = 0;                      // the job account (motor-job); 0 is refused
+  gid_t gid = 0;
+  std::string user_name = "motor-job";
+  std::string group_name = "motor-job";
+  std::string init_path;              // host path of the motor-init executable
+};
+
+struct SandboxPlan {
+  NamespacePlan namespaces;
+  MountPlan mounts;
+  std::string hostname;
+  CapabilityPlan capabilities;
+  SeccompProgram seccomp;
+};
+
+Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);
+
+// Hooks that build the plan in the child: before_credentials (as root) verifies the namespaces
+// are new, builds the root and pivots, sets the hostname, brings lo up, locks securebits and
+// empties the bounding set; after_credentials (as the job account) marks inherited fds
+// close-on-exec, clears every capability set, sets no_new_privs and loads the seccomp filter.
+ChildHooks make_child_hooks(const SandboxPlan& plan);
+
+// {"motor-init", "--", command...}: the argv for spec.executable = kSandboxInitPath.
+std::vector<std::string> init_argv(const std::vector<std::string>& command);
+
+}  // namespace motor::sandbox
