@@ -400,17 +400,46 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
     return session.send(protocol::encode_error(
         r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory, config_.max_memory_bytes)));
   }
-  if (running_jobs() >= static_cast<size_t>(config_.max_running_jobs)) {
+  if (running_jobs() + start_queue_.size() >= static_cast<size_t>(config_.max_running_jobs)) {
     return refuse_job(session, r.id, "runner_full",
                       fmt::format("{} jobs are running, the most this runner allows", running_jobs()), kRetryWhenFullMs);
   }
+  // Starting a job costs milliseconds of system calls (cgroups, namespaces, clone): one job
+  // starts per loop iteration, so twenty arriving at once do not stall everyone else twenty times.
+  start_queue_.push_back(PendingStart{&session, r.id, std::move(*params), std::move(*rel), timeout_s, memory});
+  if (!starter_.live()) {
+    uv_idle_init(loop_, starter_.get());
+    starter_.initialized(this);
+  }
+  uv_idle_start(starter_.get(), [](uv_idle_t* h) {
+    if (auto* self = reactor::owner_of<Runner>(h)) self->start_next();
+  });
+}
+
+void Runner::start_next() {
+  if (start_queue_.empty()) {
+    uv_idle_stop(starter_.get());
+    return;
+  }
+  PendingStart pending = std::move(start_queue_.front());
+  start_queue_.pop_front();
+  if (start_queue_.empty()) uv_idle_stop(starter_.get());
+  if (!sessions_.count(pending.session)) return;  // the client left before its job had an id
+  Session& session = *pending.session;
+  const int64_t request_id = pending.request_id;
+  const protocol::RunParams& p = pending.params;
+  const std::string* rel = &pending.rel_cwd;
+  if (shutting_down_ || draining_) {
+    return refuse_job(session, request_id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
+  }
+  reactor::SlowCall timed("starting a job");
   auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), session.caller(), p.workspace_key,
                                             job_account_.uid, job_account_.gid);
-  if (!ws) return refuse_job(session, r.id, "workspace_setup_failed", ws.error().message);
+  if (!ws) return refuse_job(session, request_id, "workspace_setup_failed", ws.error().message);
   const std::string cwd = rel->empty() ? *ws : *ws + "/" + *rel;
   struct stat st {};
   if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-    return refuse_job(session, r.id, "workspace_setup_failed", "the working directory \"" + *rel + "\" does not exist in the workspace");
+    return refuse_job(session, request_id, "workspace_setup_failed", "the working directory \"" + *rel + "\" does not exist in the workspace");
   }
 
   const auto env = filter_env(p.env, config_.env_allow);
@@ -426,7 +455,7 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   box.group_name = job_group_name_;
   box.init_path = init_path_;
   auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return refuse_job(session, r.id, "workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
+  if (!plan) return refuse_job(session, request_id, "workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
 
   JobLaunch launch;
@@ -435,14 +464,14 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   launch.env = job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
   launch.cwd = rel->empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + *rel;
   launch.summary = summarize(p);
-  launch.timeout_s = timeout_s;
-  launch.memory_bytes = memory;
+  launch.timeout_s = pending.timeout_s;
+  launch.memory_bytes = pending.memory_bytes;
   launch.pids_max = config_.pids_max;
   launch.network = p.network;
   launch.platform = p.platform;
 
   auto id = new_job_id();
-  if (!id) return session.send(protocol::encode_error(r.id, "internal", id.error().message));
+  if (!id) return session.send(protocol::encode_error(request_id, "internal", id.error().message));
   auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
   Job* jp = job.get();
   jobs_[*id] = std::move(job);
@@ -451,7 +480,7 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
     jobs_.erase(*id);
     remove_job_dir(job_dir(*id));
     request_save();
-    return refuse_job(session, r.id, "workspace_setup_failed", s.error().message);
+    return refuse_job(session, request_id, "workspace_setup_failed", s.error().message);
   }
   protocol::AcceptedRecord a;
   a.job_id = *id;
@@ -461,7 +490,7 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   a.network = p.network;
   // `accepted` promises the job is on record: it goes out once state.json says so.
   Session* s = &session;
-  request_save([this, s, request_id = r.id, accepted = protocol::encode_accepted(a), job_id = *id] {
+  request_save([this, s, request_id, accepted = protocol::encode_accepted(a), job_id = *id] {
     if (!sessions_.count(s)) return;  // the client left; the job runs on, attachable later
     s->send(protocol::with_request_id(request_id, accepted));
     if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);

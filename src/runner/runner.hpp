@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,7 @@ class Runner {
   void handle_status(Session& session, const protocol::Request& request);
   void handle_list(Session& session, const protocol::Request& request);
   void handle_runner_status(Session& session, const protocol::Request& request);
+  void start_next();
   void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
@@ -85,6 +87,16 @@ class Runner {
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
+  struct PendingStart {
+    Session* session;
+    int64_t request_id;
+    protocol::RunParams params;
+    std::string rel_cwd;
+    int64_t timeout_s;
+    int64_t memory_bytes;
+  };
+  std::deque<PendingStart> start_queue_;
+  reactor::UvHandle<uv_idle_t> starter_;
   std::vector<std::function<void()>> after_save_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
