@@ -62,6 +62,8 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   sandbox::CgroupLimits limits;
   limits.memory_bytes = launch.memory_bytes;
   limits.pids_max = launch.pids_max;
+  limits.cpus = launch.cpus.list();
+  cpus_ = launch.cpus;
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
     return cgroups.create(cgroup_name_, limits);
@@ -145,7 +147,8 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
     if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
   }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
-  log_job(id_, "started pid {} in cgroup {} as {}: {}", pid_, cgroup_name_, runner_.job_account().name, summary_);
+  log_job(id_, "started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
+          runner_.job_account().name, summary_);
   return {};
 }
 

@@ -13,6 +13,7 @@
 #include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/uv_handle.hpp"
+#include "runner/cpu_claims.hpp"
 #include "runner/job_log.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawn.hpp"
@@ -31,6 +32,7 @@ struct JobLaunch {
   int64_t timeout_s = 0;
   int64_t memory_bytes = 0;
   int64_t pids_max = 0;
+  CpuClaim cpus;
   std::string network = "offline";
   std::string platform = "linux";
 };
@@ -70,6 +72,7 @@ class Job {
   const std::string& terminal_json() const { return terminal_json_; }
   bool has_followers() const { return !followers_.empty(); }
   int64_t memory_bytes() const { return memory_bytes_; }
+  const CpuClaim& cpus() const { return cpus_; }
 
  private:
   struct Follower {
@@ -111,6 +114,7 @@ class Job {
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;
   int64_t memory_bytes_ = 0;
+  CpuClaim cpus_;
   std::string network_ = "offline", platform_ = "linux";
 
   std::unique_ptr<sandbox::JobCgroup> cgroup_;

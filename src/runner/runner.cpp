@@ -37,6 +37,11 @@ constexpr uint64_t kExitFlushMs = 2000;
 constexpr const char* kWorkspaceInJob = "/workspace";
 
 Status make_dir(const std::string& path, mode_t mode) {
+  // Missing parents are created root-owned 0755, like mkdir -p.
+  for (size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
+    const std::string parent = path.substr(0, at);
+    if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
+  }
   if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
   if (chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
   return {};
@@ -400,6 +405,11 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
     return session.send(protocol::encode_error(
         r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory, config_.max_memory_bytes)));
   }
+  const int64_t cpus = p.cpus.value_or(config_.default_cpus);
+  if (cpus > static_cast<int64_t>(cpu_claims_.cpu_count())) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count())));
+  }
   if (running_jobs() + start_queue_.size() >= static_cast<size_t>(config_.max_running_jobs)) {
     return refuse_job(session, r.id, "runner_full",
                       fmt::format("{} jobs are running, the most this runner allows", running_jobs()), kRetryWhenFullMs);
@@ -467,6 +477,7 @@ void Runner::start_next() {
   launch.timeout_s = pending.timeout_s;
   launch.memory_bytes = pending.memory_bytes;
   launch.pids_max = config_.pids_max;
+  launch.cpus = cpu_claims_.claim(p.cpus.value_or(config_.default_cpus));
   launch.network = p.network;
   launch.platform = p.platform;
 
@@ -477,6 +488,7 @@ void Runner::start_next() {
   jobs_[*id] = std::move(job);
   if (auto s = jp->start(launch, *cgroups_, &hooks); !s) {
     log_error("job {}: could not start: {}", *id, s.error().message);
+    cpu_claims_.release(launch.cpus);
     jobs_.erase(*id);
     remove_job_dir(job_dir(*id));
     request_save();
@@ -544,7 +556,8 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
   for (const auto& [id, job] : jobs_) {
     if (job->state() != Job::State::kRunning) continue;
     if (!session.privileged() && job->caller() != session.caller()) continue;
-    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1).end_object();
+    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
+    w.field("cpus", job->cpus().list()).end_object();
   }
   w.end_array();
   w.field("server_reachable", true).key("repositories").begin_array().end_array().field_null("rustc_version");
@@ -587,6 +600,8 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   w.field("running_jobs", static_cast<uint64_t>(running_jobs())).field("queue_depth", 0);
   w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
   w.field("loop_worst_stall_us", stall_.worst_us());
+  w.field("cores", static_cast<uint64_t>(cpu_claims_.core_count()))
+      .field("claimed_cores", static_cast<uint64_t>(cpu_claims_.claimed_cores()));
   w.end_object();
   if (reset_stall) stall_.reset();
   session.send(protocol::encode_result(r.id, w.str()));
@@ -635,7 +650,8 @@ void Runner::request_save(std::function<void()> then) {
   });
 }
 
-void Runner::job_finished(Job&) {
+void Runner::job_finished(Job& job) {
+  cpu_claims_.release(job.cpus());
   evict_finished();
   request_save();
   update_status();

@@ -17,6 +17,7 @@
 #include "reactor/stall_meter.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/config.hpp"
+#include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/notify.hpp"
 #include "sandbox/accounts.hpp"
@@ -78,6 +79,7 @@ class Runner {
   sandbox::Account job_account_;
   std::string job_group_name_;
   std::string init_path_;  // motor-init on the host
+  CpuClaims cpu_claims_ = CpuClaims::from_sysfs();
   std::unique_ptr<sandbox::CgroupDriver> cgroups_;
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
