@@ -1,0 +1,85 @@
+// libFuzzer: a request as a client could send it, through every decoder the runner applies to it
+// (parse_request, then parse_run_params, parse_job_ref and parse_identify on its params).
+// Checks: no crash or sanitizer report; errors are always bad_request with a message; what is
+// accepted respects the documented bounds.
+#include <simdjson.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "protocol/messages.hpp"
+
+namespace p = motor::protocol;
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+template <typename T>
+void check_error(const motor::Expected<T>& e) {
+  if (!e) check(e.error().code == "bad_request" && !e.error().message.empty());
+}
+
+void params_decoders(simdjson::dom::parser& parser, std::string_view params) {
+  constexpr size_t kLimit = 4096;
+  auto run = p::parse_run_params(parser, params, kLimit);
+  check_error(run);
+  if (run) {
+    check(run->command.has_value() != !run->argv.empty());
+    check(!run->command || !run->command->empty());
+    check(run->argv.empty() || !run->argv[0].empty());
+    check(run->network == "offline" || run->network == "outbound");
+    check(run->platform == "linux" || run->platform == "windows");
+    check(!run->timeout_s || *run->timeout_s >= 1);
+    check(!run->cpus || (*run->cpus >= 1 && *run->cpus <= 4096));
+    check(!run->memory_bytes || *run->memory_bytes > 0);
+    check(run->siblings.size() <= 64);
+    size_t total = run->command ? run->command->size() : 0;
+    for (const auto& a : run->argv) {
+      check(a.find('\0') == std::string::npos);
+      total += a.size() + 1;
+    }
+    for (const auto& [k, v] : run->env) total += k.size() + v.size() + 2;
+    check(total <= kLimit);
+  }
+  for (bool required : {true, false}) {
+    auto ref = p::parse_job_ref(parser, params, required);
+    check_error(ref);
+    if (ref) {
+      check(ref->from_seq >= 1);
+      check(ref->job_id.empty() ? !required : p::is_job_id(ref->job_id));
+    }
+  }
+  auto caller = p::parse_identify(parser, params);
+  check_error(caller);
+  if (caller) check(!caller->empty() && caller->size() <= 64);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static simdjson::dom::parser parser;
+  const std::string_view payload(reinterpret_cast<const char*>(data), size);
+  std::optional<int64_t> id;
+  auto request = p::parse_request(parser, payload, &id);
+  check_error(request);
+  if (request) {
+    check(id && *id == request->id);
+    check(!request->method.empty() && request->method.size() <= 64);
+    // params_json is minified, valid JSON: an object.
+    simdjson::dom::parser check_parser;
+    simdjson::dom::object obj;
+    check(check_parser.parse(request->params_json).get_object().get(obj) == simdjson::SUCCESS);
+    params_decoders(parser, request->params_json);
+  }
+  // The params decoders also see raw input: whatever reaches them must not crash them.
+  params_decoders(parser, payload);
+  // The id the error reply names is reported only when it could be read.
+  return 0;
+}

@@ -1,0 +1,103 @@
+// How `motor run` turns a job's terminal record into its own exit status.
+#include "client/exit_codes.hpp"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+namespace motor::client {
+namespace {
+
+using protocol::Outcome;
+
+const std::optional<std::string> kNotKilled;
+
+Outcome exited(int code) {
+  Outcome o;
+  o.kind = Outcome::Kind::kExit;
+  o.code = code;
+  return o;
+}
+
+Outcome signalled(int signal) {
+  Outcome o;
+  o.kind = Outcome::Kind::kSignal;
+  o.signal = signal;
+  return o;
+}
+
+Outcome of_kind(Outcome::Kind kind, std::string reason = "") {
+  Outcome o;
+  o.kind = kind;
+  o.reason = std::move(reason);
+  return o;
+}
+
+TEST(ExitCodes, TheConstantsAreTheDocumentedOnes) {
+  EXPECT_EQ(kExitUsage, 64);
+  EXPECT_EQ(kExitUnavailable, 69);
+  EXPECT_EQ(kExitSoftware, 70);
+  EXPECT_EQ(kExitTransient, 75);
+  EXPECT_EQ(kExitNoPermission, 77);
+  EXPECT_EQ(kExitDeadline, 124);
+  EXPECT_EQ(kExitCancelled, 130);
+}
+
+TEST(ExitCodes, ExitCodeIsPassedThrough) {
+  for (int code : {0, 1, 2, 3, 42, 63, 64, 125, 126, 127, 128, 200, 255}) {
+    EXPECT_EQ(exit_code_for(exited(code), kNotKilled), code) << code;
+  }
+}
+
+TEST(ExitCodes, ExitCodeIsTakenModulo256) {
+  EXPECT_EQ(exit_code_for(exited(256), kNotKilled), 0);
+  EXPECT_EQ(exit_code_for(exited(257), kNotKilled), 1);
+  EXPECT_EQ(exit_code_for(exited(-1), kNotKilled), 255);
+}
+
+TEST(ExitCodes, SignalIs128PlusN) {
+  for (int sig : {1, 2, 6, 9, 11, 13, 15, 31, 64}) {
+    EXPECT_EQ(exit_code_for(signalled(sig), kNotKilled), 128 + sig) << sig;
+  }
+}
+
+TEST(ExitCodes, DeadlineIs124WhateverTheOutcome) {
+  const std::optional<std::string> deadline("deadline");
+  EXPECT_EQ(exit_code_for(signalled(9), deadline), 124);
+  EXPECT_EQ(exit_code_for(exited(0), deadline), 124);
+  EXPECT_EQ(exit_code_for(exited(143), deadline), 124);
+}
+
+TEST(ExitCodes, CancelIs130) {
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kCancelled), kNotKilled), 130);
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kCancelled), std::optional<std::string>("cancel")), 130);
+  EXPECT_EQ(exit_code_for(signalled(9), std::optional<std::string>("cancel")), 130);
+  EXPECT_EQ(exit_code_for(exited(0), std::optional<std::string>("cancel")), 130);
+}
+
+TEST(ExitCodes, TransientRefusalIs75) {
+  for (const char* reason : {"runner_full", "runner_draining", "runner_disk_full", "unreachable", "queue_wait_exceeded",
+                             "transfer_interrupted"}) {
+    EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kRefusedBeforeStart, reason), kNotKilled), 75) << reason;
+  }
+}
+
+TEST(ExitCodes, PermanentRefusalIs69) {
+  for (const char* reason : {"workspace_key_rejected", "workspace_setup_failed", "network_unsupported",
+                             "platform_unsupported", "runner_version_mismatch", "bundle_rejected", "a_future_reason", ""}) {
+    EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kRefusedBeforeStart, reason), kNotKilled), 69) << reason;
+  }
+}
+
+TEST(ExitCodes, UnknownOutcomeIs70) {
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kOutcomeUnknown), kNotKilled), 70);
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kHistoryExpired), kNotKilled), 70);
+}
+
+TEST(ExitCodes, UnknownKilledValueIsIgnored) {
+  EXPECT_EQ(exit_code_for(exited(3), std::optional<std::string>("shutdown")), 3);
+}
+
+}  // namespace
+}  // namespace motor::client

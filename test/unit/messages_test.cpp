@@ -1,0 +1,943 @@
+// Requests, run parameters, replies and stream records (protocol/messages), and the pieces they
+// are made of: the JSON writer, base64 and sizes.
+#include "protocol/messages.hpp"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/base64.hpp"
+#include "protocol/json_writer.hpp"
+#include "protocol/size.hpp"
+
+namespace motor::protocol {
+namespace {
+
+using namespace std::string_literals;
+
+constexpr size_t kLimit = 1 << 20;
+constexpr const char* kJobId = "01890a5d-ac96-774b-bcce-b302099a8057";
+
+bool contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// ---- request envelope ----
+
+class RequestTest : public ::testing::Test {
+ protected:
+  // The error message of a payload that must be refused with bad_request.
+  std::string error_of(std::string_view payload, std::optional<int64_t>* id_out = nullptr) {
+    auto r = parse_request(parser_, payload, id_out);
+    EXPECT_FALSE(r.ok()) << "accepted: " << payload;
+    if (r.ok()) return "";
+    EXPECT_EQ(r.error().code, "bad_request");
+    return r.error().message;
+  }
+  simdjson::dom::parser parser_;
+};
+
+TEST_F(RequestTest, ValidRequest) {
+  std::optional<int64_t> id;
+  auto r = parse_request(parser_, R"({"id":7,"method":"exec.run","params":{"command":"true", "x" : [1, 2]}})", &id);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->id, 7);
+  EXPECT_EQ(id, std::optional<int64_t>(7));
+  EXPECT_EQ(r->method, "exec.run");
+  EXPECT_EQ(r->params_json, R"({"command":"true","x":[1,2]})");  // minified
+}
+
+TEST_F(RequestTest, ParamsAbsentOrNullIsEmptyObject) {
+  auto a = parse_request(parser_, R"({"id":1,"method":"exec.list"})", nullptr);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->params_json, "{}");
+  auto b = parse_request(parser_, R"({"id":1,"method":"exec.list","params":null})", nullptr);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->params_json, "{}");
+}
+
+TEST_F(RequestTest, NegativeAndLargeIdsAreWholeNumbers) {
+  auto r = parse_request(parser_, R"({"id":-5,"method":"m"})", nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->id, -5);
+  auto big = parse_request(parser_, R"({"id":9223372036854775807,"method":"m"})", nullptr);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->id, INT64_MAX);
+}
+
+TEST_F(RequestTest, InvalidUtf8) {
+  EXPECT_TRUE(contains(error_of("{\"id\":1,\"method\":\"\xff\"}"), "not valid UTF-8"));
+  EXPECT_TRUE(contains(error_of("{\"id\":1,\"method\":\"m\",\"params\":{\"a\":\"\xc3\"}}"), "not valid UTF-8"));
+  EXPECT_TRUE(contains(error_of("{\"id\":1,\"method\":\"\xed\xa0\x80\"}"), "not valid UTF-8"));  // a surrogate
+}
+
+TEST_F(RequestTest, InvalidJson) {
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"m")"), "not valid JSON"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"m",})"), "not valid JSON"));
+  EXPECT_TRUE(contains(error_of("{'id':1}"), "not valid JSON"));
+  EXPECT_TRUE(contains(error_of(""), "not valid JSON"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1}{"id":2})"), "not valid JSON"));
+}
+
+TEST_F(RequestTest, NotAnObject) {
+  EXPECT_TRUE(contains(error_of("[1,2]"), "must be a JSON object"));
+  EXPECT_TRUE(contains(error_of("42"), "must be a JSON object"));
+  EXPECT_TRUE(contains(error_of("\"exec.run\""), "must be a JSON object"));
+  EXPECT_TRUE(contains(error_of("null"), "must be a JSON object"));
+}
+
+TEST_F(RequestTest, MissingId) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"method":"exec.run"})", &id), "missing field \"id\""));
+  EXPECT_FALSE(id.has_value());
+}
+
+TEST_F(RequestTest, WrongTypedId) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"id":"1","method":"m"})", &id), "field \"id\" must be a whole number, got a string"));
+  EXPECT_FALSE(id.has_value());
+  EXPECT_TRUE(contains(error_of(R"({"id":1.5,"method":"m"})"), "field \"id\" must be a whole number, got a number"));
+  EXPECT_TRUE(contains(error_of(R"({"id":null,"method":"m"})"), "field \"id\" must be a whole number, got null"));
+  EXPECT_TRUE(contains(error_of(R"({"id":true,"method":"m"})"), "field \"id\" must be a whole number, got a boolean"));
+  EXPECT_TRUE(contains(error_of(R"({"id":[1],"method":"m"})"), "field \"id\" must be a whole number, got an array"));
+  EXPECT_TRUE(contains(error_of(R"({"id":18446744073709551615,"method":"m"})"), "field \"id\""));
+}
+
+TEST_F(RequestTest, MissingMethodStillReportsTheId) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"id":3})", &id), "missing field \"method\""));
+  EXPECT_EQ(id, std::optional<int64_t>(3));
+}
+
+TEST_F(RequestTest, WrongTypedMethod) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"id":4,"method":5})", &id), "field \"method\" must be a string, got a number"));
+  EXPECT_EQ(id, std::optional<int64_t>(4));
+  EXPECT_TRUE(contains(error_of(R"({"id":4,"method":{}})"), "field \"method\" must be a string, got an object"));
+}
+
+TEST_F(RequestTest, EmptyOrOverlongMethod) {
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":""})"), "field \"method\" must name a method"));
+  const std::string long_method = R"({"id":1,"method":")" + std::string(65, 'm') + R"("})";
+  EXPECT_TRUE(contains(error_of(long_method), "field \"method\" must name a method"));
+  const std::string max_method = R"({"id":1,"method":")" + std::string(64, 'm') + R"("})";
+  EXPECT_TRUE(parse_request(parser_, max_method, nullptr).ok());
+}
+
+TEST_F(RequestTest, WrongTypedParams) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"id":9,"method":"m","params":[1]})", &id), "field \"params\" must be an object, got an array"));
+  EXPECT_EQ(id, std::optional<int64_t>(9));
+  EXPECT_TRUE(contains(error_of(R"({"id":9,"method":"m","params":"x"})"), "field \"params\" must be an object, got a string"));
+  EXPECT_TRUE(contains(error_of(R"({"id":9,"method":"m","params":0})"), "field \"params\" must be an object, got a number"));
+}
+
+// ---- exec.run parameters ----
+
+class RunParamsTest : public ::testing::Test {
+ protected:
+  Expected<RunParams> parse(std::string_view params, size_t limit = kLimit) {
+    return parse_run_params(parser_, params, limit);
+  }
+  RunParams ok(std::string_view params) {
+    auto p = parse(params);
+    EXPECT_TRUE(p.ok()) << params << ": " << (p.ok() ? "" : p.error().message);
+    return p.ok() ? *p : RunParams{};
+  }
+  std::string error_of(std::string_view params, size_t limit = kLimit) {
+    auto p = parse(params, limit);
+    EXPECT_FALSE(p.ok()) << "accepted: " << params;
+    if (p.ok()) return "";
+    EXPECT_EQ(p.error().code, "bad_request");
+    return p.error().message;
+  }
+  simdjson::dom::parser parser_;
+};
+
+TEST_F(RunParamsTest, Defaults) {
+  const RunParams p = ok(R"({"command":"make"})");
+  EXPECT_EQ(p.workspace_key, "default");
+  EXPECT_EQ(p.repository_root, "");
+  EXPECT_EQ(p.cwd, "");
+  EXPECT_EQ(p.command, std::optional<std::string>("make"));
+  EXPECT_TRUE(p.argv.empty());
+  EXPECT_TRUE(p.env.empty());
+  EXPECT_FALSE(p.weight_hint.has_value());
+  EXPECT_FALSE(p.timeout_s.has_value());
+  EXPECT_FALSE(p.queue_wait_limit_s.has_value());
+  EXPECT_TRUE(p.siblings.empty());
+  EXPECT_FALSE(p.cpus.has_value());
+  EXPECT_FALSE(p.memory_bytes.has_value());
+  EXPECT_EQ(p.network, "offline");
+  EXPECT_EQ(p.platform, "linux");
+  EXPECT_FALSE(p.direct);
+}
+
+TEST_F(RunParamsTest, EveryField) {
+  const RunParams p = ok(R"({
+    "workspace_key": "ws-1", "repository_root": "/home/a/repo", "cwd": "/home/a/repo/sub",
+    "argv": ["cargo", "test", "--", "x y"], "env": {"RUST_LOG": "debug", "CARGO_TERM_COLOR": "never"},
+    "weight_hint": 2.5, "timeout": 600, "queue_wait_limit_s": 0, "siblings": ["a", "b"],
+    "cpus": 4, "memory": 1073741824, "network": "outbound", "platform": "windows", "direct": true})");
+  EXPECT_EQ(p.workspace_key, "ws-1");
+  EXPECT_EQ(p.repository_root, "/home/a/repo");
+  EXPECT_EQ(p.cwd, "/home/a/repo/sub");
+  EXPECT_FALSE(p.command.has_value());
+  EXPECT_EQ(p.argv, (std::vector<std::string>{"cargo", "test", "--", "x y"}));
+  ASSERT_EQ(p.env.size(), 2u);
+  EXPECT_EQ(p.env[0], (std::pair<std::string, std::string>{"RUST_LOG", "debug"}));
+  EXPECT_EQ(p.env[1], (std::pair<std::string, std::string>{"CARGO_TERM_COLOR", "never"}));
+  EXPECT_EQ(p.weight_hint, std::optional<double>(2.5));
+  EXPECT_EQ(p.timeout_s, std::optional<int64_t>(600));
+  EXPECT_EQ(p.queue_wait_limit_s, std::optional<int64_t>(0));
+  EXPECT_EQ(p.siblings, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(p.cpus, std::optional<int64_t>(4));
+  EXPECT_EQ(p.memory_bytes, std::optional<int64_t>(1073741824));
+  EXPECT_EQ(p.network, "outbound");
+  EXPECT_EQ(p.platform, "windows");
+  EXPECT_TRUE(p.direct);
+}
+
+TEST_F(RunParamsTest, NullMeansAbsent) {
+  const RunParams p = ok(R"({"command":"x","argv":null,"timeout":null,"memory":null,"env":null,"workspace_key":null,"direct":null})");
+  EXPECT_EQ(p.command, std::optional<std::string>("x"));
+  EXPECT_FALSE(p.timeout_s.has_value());
+  EXPECT_FALSE(p.memory_bytes.has_value());
+  EXPECT_EQ(p.workspace_key, "default");
+}
+
+TEST_F(RunParamsTest, UnknownFieldsAreIgnored) {
+  EXPECT_EQ(ok(R"({"command":"x","future_field":{"a":[1]}})").command, std::optional<std::string>("x"));
+}
+
+TEST_F(RunParamsTest, TimeoutAndItsAlias) {
+  EXPECT_EQ(ok(R"({"command":"x","timeout_s":30})").timeout_s, std::optional<int64_t>(30));
+  // "timeout" wins over "timeout_s".
+  EXPECT_EQ(ok(R"({"command":"x","timeout":10,"timeout_s":30})").timeout_s, std::optional<int64_t>(10));
+  // A whole number written as a double is a whole number.
+  EXPECT_EQ(ok(R"({"command":"x","timeout":5.0})").timeout_s, std::optional<int64_t>(5));
+  EXPECT_EQ(ok(R"({"command":"x","timeout":1e3})").timeout_s, std::optional<int64_t>(1000));
+}
+
+TEST_F(RunParamsTest, TimeoutOutOfRange) {
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":0})"), "field \"params.timeout\" must be a whole number from 1 to"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":-1})"), "field \"params.timeout\" must be a whole number from 1"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":1.5})"), "field \"params.timeout\" must be a whole number from 1"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":1e300})"), "field \"params.timeout\""));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":18446744073709551615})"), "field \"params.timeout\""));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout_s":0})"), "field \"params.timeout_s\""));
+}
+
+TEST_F(RunParamsTest, WrongTypes) {
+  struct Case {
+    const char* params;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"command":"x","workspace_key":1})", "field \"params.workspace_key\" must be a string, got a number"},
+      {R"({"command":"x","repository_root":[]})", "field \"params.repository_root\" must be a string, got an array"},
+      {R"({"command":"x","cwd":true})", "field \"params.cwd\" must be a string, got a boolean"},
+      {R"({"command":["x"]})", "field \"params.command\" must be a string, got an array"},
+      {R"({"argv":"ls -l"})", "field \"params.argv\" must be an array of strings, got a string"},
+      {R"({"argv":["ls",1]})", "field \"params.argv[1]\" must be a string, got a number"},
+      {R"({"command":"x","env":["A=1"]})", "field \"params.env\" must be an object of strings, got an array"},
+      {R"({"command":"x","env":{"RUST_LOG":1}})", "field \"params.env.RUST_LOG\" must be a string"},
+      {R"({"command":"x","weight_hint":"heavy"})", "field \"params.weight_hint\" must be a number, got a string"},
+      {R"({"command":"x","timeout":"10"})", "field \"params.timeout\" must be a whole number, got a string"},
+      {R"({"command":"x","queue_wait_limit_s":{}})", "field \"params.queue_wait_limit_s\" must be a whole number, got an object"},
+      {R"({"command":"x","siblings":"a"})", "field \"params.siblings\" must be an array of strings, got a string"},
+      {R"({"command":"x","siblings":[null]})", "field \"params.siblings[0]\" must be a string, got null"},
+      {R"({"command":"x","cpus":"4"})", "field \"params.cpus\" must be a whole number, got a string"},
+      {R"({"command":"x","network":1})", "field \"params.network\" must be a string, got a number"},
+      {R"({"command":"x","platform":false})", "field \"params.platform\" must be a string, got a boolean"},
+      {R"({"command":"x","direct":"yes"})", "field \"params.direct\" must be a boolean, got a string"},
+      {R"({"command":"x","direct":1})", "field \"params.direct\" must be a boolean, got a number"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_TRUE(contains(error_of(c.params), c.message)) << c.params << " -> " << error_of(c.params);
+  }
+}
+
+TEST_F(RunParamsTest, TheFirstProblemIsReported) {
+  EXPECT_TRUE(contains(error_of(R"({"workspace_key":1,"cwd":2})"), "params.workspace_key"));
+}
+
+TEST_F(RunParamsTest, RangesOfSmallNumbers) {
+  EXPECT_EQ(ok(R"({"command":"x","cpus":4096})").cpus, std::optional<int64_t>(4096));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","cpus":0})"), "field \"params.cpus\" must be a whole number from 1 to 4096"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","cpus":4097})"), "field \"params.cpus\" must be a whole number from 1 to 4096"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","queue_wait_limit_s":-1})"), "field \"params.queue_wait_limit_s\""));
+  const std::string siblings = R"({"command":"x","siblings":[)" + [] {
+    std::string s;
+    for (int i = 0; i < 65; ++i) s += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
+    return s;
+  }() + "]}";
+  EXPECT_TRUE(contains(error_of(siblings), "field \"params.siblings\" has more than 64 items"));
+}
+
+TEST_F(RunParamsTest, NulBytesAreRefused) {
+  EXPECT_TRUE(contains(error_of(R"({"command":"echo\u0000rm -rf /"})"), "field \"params.command\" contains a NUL byte"));
+  EXPECT_TRUE(contains(error_of(R"({"argv":["ls","a\u0000b"]})"), "field \"params.argv[1]\" contains a NUL byte"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","cwd":"a\u0000"})"), "field \"params.cwd\" contains a NUL byte"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","workspace_key":"\u0000"})"), "field \"params.workspace_key\" contains a NUL byte"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","siblings":["\u0000"]})"), "field \"params.siblings[0]\" contains a NUL byte"));
+}
+
+TEST_F(RunParamsTest, EnvNulIsLeftToTheEnvFilter) {
+  // The env filter (runner/env_filter) drops names and values holding NUL and names them in
+  // env_not_forwarded; parsing keeps them so it can say so.
+  const RunParams p = ok(R"({"command":"x","env":{"RUST_X":"a\u0000b"}})");
+  ASSERT_EQ(p.env.size(), 1u);
+  EXPECT_EQ(p.env[0].second, "a\0b"s);
+}
+
+TEST_F(RunParamsTest, CommandAndArgvAreExclusive) {
+  EXPECT_TRUE(contains(error_of(R"({"command":"ls","argv":["ls"]})"), "give either \"command\" or \"argv\", not both"));
+  EXPECT_TRUE(contains(error_of(R"({})"), "missing field \"command\" (or \"argv\")"));
+  EXPECT_TRUE(contains(error_of(R"({"argv":[]})"), "missing field \"command\" (or \"argv\")"));
+  EXPECT_TRUE(contains(error_of(R"({"command":""})"), "field \"command\" is empty"));
+  EXPECT_TRUE(contains(error_of(R"({"argv":["","x"]})"), "field \"argv[0]\" is empty"));
+  // An empty argv list beside a command is no argv at all.
+  EXPECT_EQ(ok(R"({"command":"ls","argv":[]})").command, std::optional<std::string>("ls"));
+}
+
+TEST_F(RunParamsTest, NetworkAndPlatformValues) {
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","network":"full"})"), "\"network\" must be \"offline\" or \"outbound\""));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","platform":"macos"})"), "\"platform\" must be \"linux\" or \"windows\""));
+}
+
+TEST_F(RunParamsTest, SizeLimit) {
+  // command bytes; each argv item + 1; each env pair + 2.
+  EXPECT_TRUE(parse(R"({"command":"0123456789"})", 10).ok());
+  EXPECT_TRUE(contains(error_of(R"({"command":"0123456789"})", 9), "total 10 bytes, over the runner's limit of 9 bytes"));
+  EXPECT_TRUE(parse(R"({"argv":["abc","de"]})", 7).ok());
+  EXPECT_TRUE(contains(error_of(R"({"argv":["abc","de"]})", 6), "over the runner's limit"));
+  EXPECT_TRUE(parse(R"({"command":"x","env":{"AB":"cd"}})", 7).ok());
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","env":{"AB":"cd"}})", 6), "total 7 bytes"));
+}
+
+TEST_F(RunParamsTest, TooManyArgvItems) {
+  std::string params = R"({"argv":[)";
+  for (int i = 0; i <= 65536; ++i) params += i ? ",\"a\"" : "\"a\"";
+  params += "]}";
+  EXPECT_TRUE(contains(error_of(params, size_t{1} << 30), "field \"params.argv\" has more than 65536 items"));
+}
+
+TEST_F(RunParamsTest, MemoryAsNumberOrSize) {
+  EXPECT_EQ(ok(R"({"command":"x","memory":536870912})").memory_bytes, std::optional<int64_t>(536870912));
+  EXPECT_EQ(ok(R"({"command":"x","memory":"2G"})").memory_bytes, std::optional<int64_t>(int64_t{2} << 30));
+  EXPECT_EQ(ok(R"({"command":"x","memory":"512M"})").memory_bytes, std::optional<int64_t>(int64_t{512} << 20));
+  EXPECT_EQ(ok(R"({"command":"x","memory":"64k"})").memory_bytes, std::optional<int64_t>(int64_t{64} << 10));
+  EXPECT_EQ(ok(R"({"command":"x","memory":"1GiB"})").memory_bytes, std::optional<int64_t>(int64_t{1} << 30));
+  EXPECT_EQ(ok(R"({"command":"x","memory":"4096"})").memory_bytes, std::optional<int64_t>(4096));
+}
+
+TEST_F(RunParamsTest, BadMemory) {
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":0})"), "field \"params.memory\" must be a positive size"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":-1})"), "field \"params.memory\" must be a positive size"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":"0G"})"), "field \"params.memory\" must be a positive size"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":"2X"})"), "field \"params.memory\": expected a size"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":"-2G"})"), "field \"params.memory\": a size cannot be negative"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":"99999999999G"})"), "field \"params.memory\": size too large"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":true})"), "field \"params.memory\" must be bytes or a size"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","memory":1.5})"), "field \"params.memory\" must be bytes or a size"));
+}
+
+TEST_F(RunParamsTest, ParamsMustBeAnObject) {
+  EXPECT_TRUE(contains(error_of("[]"), "\"params\" must be an object"));
+  EXPECT_TRUE(contains(error_of("{"), "not valid JSON"));
+}
+
+// ---- job references and identify ----
+
+TEST(JobRef, Parses) {
+  simdjson::dom::parser parser;
+  auto r = parse_job_ref(parser, R"({"job_id":")"s + kJobId + R"(","from_seq":5})", true);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->job_id, kJobId);
+  EXPECT_EQ(r->from_seq, 5);
+  auto d = parse_job_ref(parser, R"({"job_id":")"s + kJobId + R"("})", true);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->from_seq, 1);
+  auto none = parse_job_ref(parser, "{}", false);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->job_id, "");
+}
+
+TEST(JobRef, Errors) {
+  simdjson::dom::parser parser;
+  auto missing = parse_job_ref(parser, "{}", true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(contains(missing.error().message, "missing field \"params.job_id\""));
+  auto bad_id = parse_job_ref(parser, R"({"job_id":"../../etc"})", false);
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_TRUE(contains(bad_id.error().message, "\"params.job_id\" is not a job id"));
+  // Found by fuzzing: an empty job_id passed as present where one is required.
+  auto empty = parse_job_ref(parser, R"({"job_id":""})", true);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_TRUE(contains(empty.error().message, "\"params.job_id\" is not a job id"));
+  auto empty_optional = parse_job_ref(parser, R"({"job_id":""})", false);
+  ASSERT_FALSE(empty_optional.ok());
+  auto upper = parse_job_ref(parser, R"({"job_id":"01890A5D-AC96-774B-BCCE-B302099A8057"})", false);
+  EXPECT_FALSE(upper.ok());
+  auto seq0 = parse_job_ref(parser, R"({"job_id":")"s + kJobId + R"(","from_seq":0})", true);
+  ASSERT_FALSE(seq0.ok());
+  EXPECT_TRUE(contains(seq0.error().message, "field \"params.from_seq\" must be a whole number from 1"));
+}
+
+TEST(JobRef, FromSeqAtTheEdgeOfInt64) {
+  simdjson::dom::parser parser;
+  const std::string prefix = R"({"job_id":")"s + kJobId + R"(","from_seq":)";
+  auto max = parse_job_ref(parser, prefix + "9223372036854775807}", true);
+  ASSERT_TRUE(max.ok());
+  EXPECT_EQ(max->from_seq, INT64_MAX);
+  // 2^63 written as a double is one past INT64_MAX: out of range, not converted (that would be
+  // undefined behaviour).
+  auto over = parse_job_ref(parser, prefix + "9223372036854775808.0}", true);
+  ASSERT_FALSE(over.ok()) << "from_seq became " << over->from_seq;
+  EXPECT_TRUE(contains(over.error().message, "params.from_seq"));
+  auto far = parse_job_ref(parser, prefix + "1e19}", true);
+  EXPECT_FALSE(far.ok());
+  auto uint = parse_job_ref(parser, prefix + "9223372036854775808}", true);
+  EXPECT_FALSE(uint.ok());
+}
+
+TEST(JobId, Format) {
+  EXPECT_TRUE(is_job_id(kJobId));
+  EXPECT_FALSE(is_job_id(""));
+  EXPECT_FALSE(is_job_id("01890a5d-ac96-774b-bcce-b302099a805"));    // short
+  EXPECT_FALSE(is_job_id("01890a5d-ac96-774b-bcce-b302099a80577"));  // long
+  EXPECT_FALSE(is_job_id("01890a5dxac96-774b-bcce-b302099a8057"));   // dash
+  EXPECT_FALSE(is_job_id("01890a5d-ac96-774b-bcce-b302099a805g"));   // not hex
+}
+
+TEST(Identify, Caller) {
+  simdjson::dom::parser parser;
+  auto ok = parse_identify(parser, R"({"caller":"alice@laptop.example-1_x"})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, "alice@laptop.example-1_x");
+  auto missing = parse_identify(parser, "{}");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(contains(missing.error().message, "missing field \"params.caller\""));
+  EXPECT_FALSE(parse_identify(parser, R"({"caller":""})").ok());
+  EXPECT_FALSE(parse_identify(parser, R"({"caller":"a/b"})").ok());
+  EXPECT_FALSE(parse_identify(parser, R"({"caller":"a b"})").ok());
+  EXPECT_FALSE(parse_identify(parser, R"({"caller":")" + std::string(65, 'a') + "\"}").ok());
+  EXPECT_TRUE(parse_identify(parser, R"({"caller":")" + std::string(64, 'a') + "\"}").ok());
+}
+
+// ---- replies and records: encode, then parse back ----
+
+class RecordTest : public ::testing::Test {
+ protected:
+  Message parse(const std::string& json) {
+    auto m = parse_message(parser_, json);
+    EXPECT_TRUE(m.ok()) << json << ": " << (m.ok() ? "" : m.error().message);
+    return m.ok() ? *m : Message{};
+  }
+  // The same frame read as plain JSON, for the fields Message does not carry.
+  simdjson::dom::element json(const std::string& text) {
+    simdjson::dom::element e;
+    EXPECT_EQ(raw_parser_.parse(text).get(e), simdjson::SUCCESS) << text;
+    return e;
+  }
+  int64_t int_field(const std::string& text, const char* key) {
+    int64_t v = -1;
+    EXPECT_EQ(json(text)[key].get_int64().get(v), simdjson::SUCCESS) << key << " in " << text;
+    return v;
+  }
+  std::string string_field(const std::string& text, const char* key) {
+    std::string_view v;
+    EXPECT_EQ(json(text)[key].get_string().get(v), simdjson::SUCCESS) << key << " in " << text;
+    return std::string(v);
+  }
+  bool is_null(const std::string& text, const char* key) {
+    simdjson::dom::element e;
+    if (json(text)[key].get(e) != simdjson::SUCCESS) return false;
+    return e.is_null();
+  }
+  simdjson::dom::parser parser_, raw_parser_;
+};
+
+TEST_F(RecordTest, Accepted) {
+  AcceptedRecord a;
+  a.job_id = kJobId;
+  a.queue_position = 3;
+  a.env_not_forwarded = {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"};
+  a.platform = "linux";
+  a.network = "offline";
+  const std::string text = with_request_id(12, encode_accepted(a));
+  const Message m = parse(text);
+  EXPECT_EQ(m.kind, Message::Kind::kRecord);
+  EXPECT_EQ(m.id, std::optional<int64_t>(12));
+  EXPECT_EQ(m.type, "accepted");
+  EXPECT_EQ(m.job_id, kJobId);
+  EXPECT_EQ(m.seq, 0);  // accepted carries no seq
+  EXPECT_EQ(m.raw, text);
+  EXPECT_EQ(int_field(text, "queue_position"), 3);
+  EXPECT_EQ(string_field(text, "platform"), "linux");
+  EXPECT_EQ(string_field(text, "network"), "offline");
+  simdjson::dom::array names;
+  ASSERT_EQ(json(text)["env_not_forwarded"].get_array().get(names), simdjson::SUCCESS);
+  std::vector<std::string> got;
+  for (auto n : names) {
+    std::string_view s;
+    ASSERT_EQ(n.get_string().get(s), simdjson::SUCCESS);
+    got.emplace_back(s);
+  }
+  EXPECT_EQ(got, a.env_not_forwarded);
+  simdjson::dom::element secret;
+  EXPECT_NE(json(text)["secret"].get(secret), simdjson::SUCCESS);  // only for direct jobs
+}
+
+TEST_F(RecordTest, AcceptedWithSecretAndEmptyEnvList) {
+  AcceptedRecord a;
+  a.job_id = kJobId;
+  a.secret = "s3cr3t";
+  const std::string text = encode_accepted(a);
+  EXPECT_EQ(string_field(text, "secret"), "s3cr3t");
+  simdjson::dom::array names;
+  ASSERT_EQ(json(text)["env_not_forwarded"].get_array().get(names), simdjson::SUCCESS);
+  EXPECT_EQ(names.size(), 0u);
+  EXPECT_FALSE(parse(text).id.has_value());  // stored form: no request id
+}
+
+TEST_F(RecordTest, Started) {
+  const std::string text = with_request_id(1, encode_started(1, 25, 1700000000123));
+  EXPECT_EQ(text, R"({"id":1,"type":"started","seq":1,"queue_wait_ms":25,"started_at_ms":1700000000123})");
+  const Message m = parse(text);
+  EXPECT_EQ(m.type, "started");
+  EXPECT_EQ(m.seq, 1);
+  EXPECT_EQ(int_field(text, "queue_wait_ms"), 25);
+  EXPECT_EQ(int_field(text, "started_at_ms"), 1700000000123);
+}
+
+TEST_F(RecordTest, OutputOfArbitraryBytes) {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  const std::string euro = "\xE2\x82\xAC";  // U+20AC, split across two chunks below
+  const std::vector<std::string> chunks = {all, euro.substr(0, 2), euro.substr(2), "\xff\xfe", "a", "ab", "abc",
+                                           std::string(1, '\0'), std::string(70000, '\x80')};
+  int64_t seq = 2;
+  for (const auto& bytes : chunks) {
+    for (const char* stream : {"stdout", "stderr"}) {
+      const std::string text = with_request_id(5, encode_output(seq, stream, bytes));
+      const Message m = parse(text);
+      EXPECT_EQ(m.type, "output");
+      EXPECT_EQ(m.seq, seq);
+      EXPECT_EQ(m.stream, stream);
+      EXPECT_EQ(m.bytes, bytes);
+      EXPECT_EQ(string_field(text, "bytes"), base64_encode(bytes));
+      simdjson::dom::element t;
+      EXPECT_NE(json(text)["truncated_before_seq"].get(t), simdjson::SUCCESS);
+      ++seq;
+    }
+  }
+}
+
+TEST_F(RecordTest, SplitUtf8ReassemblesAcrossRecords) {
+  const std::string text = "h\xC3\xA9llo \xF0\x9F\x98\x80";  // héllo 😀
+  std::string joined;
+  for (size_t i = 0; i < text.size(); ++i) joined += parse(encode_output(static_cast<int64_t>(i) + 1, "stdout", text.substr(i, 1))).bytes;
+  EXPECT_EQ(joined, text);
+}
+
+TEST_F(RecordTest, OutputWithTruncatedBeforeSeq) {
+  const std::string text = encode_output(40, "stdout", "x", 17);
+  EXPECT_EQ(int_field(text, "truncated_before_seq"), 17);
+  EXPECT_EQ(parse(text).bytes, "x");
+}
+
+TEST_F(RecordTest, EmptyOutput) {
+  const std::string text = encode_output(3, "stderr", "");
+  EXPECT_EQ(string_field(text, "bytes"), "");
+  const Message m = parse(text);
+  EXPECT_EQ(m.stream, "stderr");
+  EXPECT_EQ(m.bytes, "");
+}
+
+Outcome make_outcome(Outcome::Kind kind) {
+  Outcome o;
+  o.kind = kind;
+  return o;
+}
+
+TEST_F(RecordTest, TerminalOfEveryOutcome) {
+  std::vector<Outcome> outcomes;
+  for (int code : {0, 1, 2, 127, 255}) {
+    Outcome o = make_outcome(Outcome::Kind::kExit);
+    o.code = code;
+    outcomes.push_back(o);
+  }
+  for (int sig : {9, 15, 11}) {
+    Outcome o = make_outcome(Outcome::Kind::kSignal);
+    o.signal = sig;
+    outcomes.push_back(o);
+  }
+  outcomes.push_back(make_outcome(Outcome::Kind::kCancelled));
+  for (const char* reason : {"runner_full", "workspace_key_rejected", "runner_draining"}) {
+    Outcome o = make_outcome(Outcome::Kind::kRefusedBeforeStart);
+    o.reason = reason;
+    outcomes.push_back(o);
+  }
+  outcomes.push_back(make_outcome(Outcome::Kind::kOutcomeUnknown));
+  outcomes.push_back(make_outcome(Outcome::Kind::kHistoryExpired));
+
+  for (const auto& o : outcomes) {
+    TerminalRecord t;
+    t.job_id = kJobId;
+    t.seq = 9;
+    t.outcome = o;
+    t.wall_ms = 1234;
+    t.queue_wait_ms = 5;
+    t.ran = o.kind == Outcome::Kind::kRefusedBeforeStart ? "none" : "remote";
+    const std::string text = with_request_id(2, encode_terminal(t));
+    const Message m = parse(text);
+    EXPECT_EQ(m.type, "terminal");
+    EXPECT_EQ(m.id, std::optional<int64_t>(2));
+    EXPECT_EQ(m.job_id, kJobId);
+    EXPECT_EQ(m.seq, 9);
+    EXPECT_EQ(m.outcome.kind, o.kind) << text;
+    EXPECT_EQ(m.outcome.code, o.code) << text;
+    EXPECT_EQ(m.outcome.signal, o.signal) << text;
+    EXPECT_EQ(m.outcome.reason, o.reason) << text;
+    EXPECT_FALSE(m.killed.has_value());
+    EXPECT_FALSE(m.refusal_detail.has_value());
+  }
+}
+
+TEST_F(RecordTest, TerminalFields) {
+  TerminalRecord t;
+  t.job_id = kJobId;
+  t.seq = 4;
+  t.outcome = make_outcome(Outcome::Kind::kSignal);
+  t.outcome.signal = 9;
+  t.killed = "deadline";
+  t.wall_ms = 60001;
+  t.queue_wait_ms = 7;
+  t.bundle_bytes = 0;
+  t.ran = "remote";
+  t.oom_killed = true;
+  t.platform = "linux";
+  t.network = "offline";
+  const std::string text = encode_terminal(t);
+  const Message m = parse(text);
+  EXPECT_EQ(m.killed, std::optional<std::string>("deadline"));
+  EXPECT_EQ(int_field(text, "wall_ms"), 60001);
+  EXPECT_EQ(int_field(text, "queue_wait_ms"), 7);
+  EXPECT_EQ(int_field(text, "bundle_bytes"), 0);
+  EXPECT_EQ(string_field(text, "ran"), "remote");
+  bool oom = false;
+  ASSERT_EQ(json(text)["oom_killed"].get_bool().get(oom), simdjson::SUCCESS);
+  EXPECT_TRUE(oom);
+  EXPECT_EQ(string_field(text, "platform"), "linux");
+  EXPECT_EQ(string_field(text, "network"), "offline");
+  // Present and null until the features that fill them exist.
+  for (const char* key : {"tree_hash", "workspace_changes", "untracked_files", "ignored_writes", "git_state_changed",
+                          "refusal_detail", "retry_after_ms", "pipestatus"}) {
+    EXPECT_TRUE(is_null(text, key)) << key << " in " << text;
+  }
+}
+
+TEST_F(RecordTest, TerminalKilledByCancel) {
+  TerminalRecord t;
+  t.job_id = kJobId;
+  t.outcome = make_outcome(Outcome::Kind::kCancelled);
+  t.killed = "cancel";
+  const Message m = parse(encode_terminal(t));
+  EXPECT_EQ(m.killed, std::optional<std::string>("cancel"));
+  EXPECT_EQ(m.outcome.kind, Outcome::Kind::kCancelled);
+}
+
+TEST_F(RecordTest, TerminalRefusal) {
+  TerminalRecord t;
+  t.job_id = kJobId;
+  t.outcome = make_outcome(Outcome::Kind::kRefusedBeforeStart);
+  t.outcome.reason = "runner_full";
+  t.ran = "none";
+  t.refusal_detail = "8 jobs are running";
+  t.retry_after_ms = 5000;
+  const std::string text = encode_terminal(t);
+  const Message m = parse(text);
+  EXPECT_EQ(m.outcome.reason, "runner_full");
+  EXPECT_EQ(m.refusal_detail, std::optional<std::string>("8 jobs are running"));
+  EXPECT_EQ(int_field(text, "retry_after_ms"), 5000);
+  EXPECT_EQ(string_field(text, "ran"), "none");
+  EXPECT_TRUE(is_null(text, "killed"));
+}
+
+TEST_F(RecordTest, HistoryExpiredHasNullRan) {
+  TerminalRecord t;
+  t.job_id = kJobId;
+  t.outcome = make_outcome(Outcome::Kind::kHistoryExpired);
+  const std::string text = encode_terminal(t);
+  EXPECT_TRUE(is_null(text, "ran"));
+  EXPECT_EQ(parse(text).outcome.kind, Outcome::Kind::kHistoryExpired);
+}
+
+TEST_F(RecordTest, UnknownOutcomeTypeIsOutcomeUnknown) {
+  const Message m = parse(R"({"type":"terminal","job_id":"x","outcome":{"type":"teleported"}})");
+  EXPECT_EQ(m.outcome.kind, Outcome::Kind::kOutcomeUnknown);
+}
+
+TEST_F(RecordTest, UnknownRecordTypeIsKeptWithItsSeq) {
+  const Message m = parse(R"({"id":1,"type":"progress","seq":6,"percent":50})");
+  EXPECT_EQ(m.kind, Message::Kind::kRecord);
+  EXPECT_EQ(m.type, "progress");
+  EXPECT_EQ(m.seq, 6);
+}
+
+TEST_F(RecordTest, ResultAndError) {
+  const Message r = parse(encode_result(3, R"({"job_id":"x"})"));
+  EXPECT_EQ(r.kind, Message::Kind::kResult);
+  EXPECT_EQ(r.id, std::optional<int64_t>(3));
+  EXPECT_EQ(r.raw, R"({"id":3,"result":{"job_id":"x"}})");
+
+  const Message e = parse(encode_error(4, "bad_request", "field \"id\" must be a whole number"));
+  EXPECT_EQ(e.kind, Message::Kind::kError);
+  EXPECT_EQ(e.id, std::optional<int64_t>(4));
+  EXPECT_EQ(e.error_code, "bad_request");
+  EXPECT_EQ(e.error_message, "field \"id\" must be a whole number");
+
+  const std::string no_id = encode_error(std::nullopt, "unauthorized", "no");
+  EXPECT_TRUE(is_null(no_id, "id"));
+  const Message n = parse(no_id);
+  EXPECT_FALSE(n.id.has_value());
+  EXPECT_EQ(n.error_code, "unauthorized");
+}
+
+TEST_F(RecordTest, ErrorMessageWithInvalidUtf8IsStillValidJson) {
+  const std::string text = encode_error(1, "bad_request", "unknown method \"\xff\xfe\"");
+  const Message e = parse(text);
+  EXPECT_EQ(e.error_message, "unknown method \"\xEF\xBF\xBD\xEF\xBF\xBD\"");
+}
+
+TEST_F(RecordTest, WithRequestIdPrefixesTheId) {
+  EXPECT_EQ(with_request_id(42, R"({"type":"x"})"), R"({"id":42,"type":"x"})");
+  EXPECT_EQ(with_request_id(-1, R"({"a":1,"b":2})"), R"({"id":-1,"a":1,"b":2})");
+}
+
+TEST_F(RecordTest, MalformedMessages) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"[1]", "a message must be a JSON object"},
+      {R"({"id":1})", "neither \"result\", \"error\" nor \"type\""},
+      {R"({"type":"output","seq":1,"bytes":"eA=="})", "output record without \"stream\""},
+      {R"({"type":"output","seq":1,"stream":"stdout"})", "output record without \"bytes\""},
+      {R"({"type":"output","seq":1,"stream":"stdout","bytes":"e"})", "\"bytes\" is not base64"},
+      {R"({"type":"terminal","job_id":"x"})", "terminal record without \"outcome\""},
+      {R"({"type":"terminal","outcome":"exit"})", "\"outcome\" must be an object"},
+      {R"({"type":"terminal","outcome":{}})", "\"outcome.type\" is missing"},
+      {R"({"type":"terminal","outcome":{"type":"exit"}})", "\"outcome.code\" is missing"},
+      {R"({"type":"terminal","outcome":{"type":"signal","signal":"KILL"}})", "\"outcome.signal\" is missing"},
+      {"{\"type\":\"\xc0\"}", "not valid UTF-8"},
+  };
+  for (const auto& c : cases) {
+    auto m = parse_message(parser_, c.text);
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.error().code, "bad_request");
+    EXPECT_TRUE(contains(m.error().message, c.message)) << c.text << " -> " << m.error().message;
+  }
+}
+
+TEST(Refusal, TransientReasons) {
+  for (const char* r : {"runner_draining", "runner_disk_full", "runner_full", "unreachable", "queue_wait_exceeded",
+                        "transfer_interrupted"}) {
+    EXPECT_TRUE(is_transient_refusal(r)) << r;
+  }
+  for (const char* r : {"runner_version_mismatch", "snapshot_failed", "workspace_key_rejected", "tree_hash_mismatch",
+                        "bundle_rejected", "workspace_setup_failed", "network_unsupported", "platform_unsupported", ""}) {
+    EXPECT_FALSE(is_transient_refusal(r)) << r;
+  }
+}
+
+// ---- JSON writer ----
+
+std::string decode_json_string(const std::string& json) {
+  simdjson::dom::parser parser;
+  std::string_view s;
+  EXPECT_EQ(parser.parse(json).get_string().get(s), simdjson::SUCCESS) << json;
+  return std::string(s);
+}
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  append_json_string(out, text);
+  return out;
+}
+
+TEST(JsonWriter, EveryAsciiCharacterRoundTrips) {
+  std::string all;
+  for (int c = 0; c < 128; ++c) all.push_back(static_cast<char>(c));
+  const std::string json = json_string(all);
+  EXPECT_EQ(decode_json_string(json), all);
+  for (char c : json) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "raw control character in " << json;
+}
+
+TEST(JsonWriter, ShortEscapes) {
+  EXPECT_EQ(json_string("\"\\\n\r\t\b\f"), R"("\"\\\n\r\t\b\f")");
+  EXPECT_EQ(json_string(std::string("\x00\x01\x1f\x7f", 4)), R"("\u0000\u0001\u001f\u007f")");
+}
+
+TEST(JsonWriter, ValidUtf8IsKept) {
+  const std::string text = "h\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xEF\xBF\xBF \xF4\x8F\xBF\xBF";
+  EXPECT_EQ(json_string(text), "\"" + text + "\"");
+  EXPECT_EQ(decode_json_string(json_string(text)), text);
+}
+
+TEST(JsonWriter, InvalidUtf8BecomesReplacementCharacters) {
+  const std::string r = "\xEF\xBF\xBD";
+  struct Case {
+    std::string in, out;
+  };
+  const Case cases[] = {
+      {"\x80", r},                          // lone continuation byte
+      {"a\xff" "b", "a" + r + "b"},         // never valid
+      {"\xC3", r},                          // truncated at the end
+      {"\xE2\x82", r + r},                  // truncated 3-byte sequence
+      {"\xE2\x82" "A", r + r + "A"},        // interrupted by ASCII
+      {"\xC0\x80", r + r},                  // overlong NUL
+      {"\xE0\x80\xAF", r + r + r},          // overlong '/'
+      {"\xED\xA0\x80", r + r + r},          // UTF-16 surrogate
+      {"\xF4\x90\x80\x80", r + r + r + r},  // above U+10FFFF
+      {"\xF5\x80\x80\x80", r + r + r + r},  // never valid lead
+      {"\xF0\x80\x80\x80", r + r + r + r},  // overlong 4-byte
+  };
+  for (const auto& c : cases) {
+    const std::string json = json_string(c.in);
+    EXPECT_EQ(decode_json_string(json), c.out) << json;
+  }
+}
+
+TEST(JsonWriter, EveryByteValueProducesValidJson) {
+  for (int a = 0; a < 256; ++a) {
+    for (int b : {0x00, 0x41, 0x80, 0xBF, 0xC3, 0xFF}) {
+      std::string s{static_cast<char>(a), static_cast<char>(b)};
+      simdjson::dom::parser parser;
+      std::string_view out;
+      EXPECT_EQ(parser.parse(json_string(s)).get_string().get(out), simdjson::SUCCESS) << a << " " << b;
+    }
+  }
+}
+
+TEST(JsonWriter, Structure) {
+  JsonWriter w;
+  w.begin_object()
+      .field("s", "x")
+      .field("i", 5)
+      .field("n", int64_t{-7})
+      .field("u", uint64_t{18446744073709551615u})
+      .field("d", 2.5)
+      .field("b", false)
+      .field("o", std::optional<std::string>())
+      .field("p", std::optional<int64_t>(3))
+      .field_null("z");
+  w.key("a").begin_array().number(1).string("two").begin_object().end_object().begin_array().end_array().end_array();
+  w.field_raw("r", R"({"k":[1]})");
+  w.key("b64").base64("hi");
+  w.end_object();
+  EXPECT_EQ(w.str(), R"({"s":"x","i":5,"n":-7,"u":18446744073709551615,"d":2.5,"b":false,"o":null,"p":3,"z":null,)"
+                     R"("a":[1,"two",{},[]],"r":{"k":[1]},"b64":"aGk="})");
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  EXPECT_EQ(parser.parse(w.str()).get(e), simdjson::SUCCESS);
+}
+
+TEST(JsonWriter, NonFiniteNumbersAreNull) {
+  JsonWriter w;
+  w.begin_array().number(std::numeric_limits<double>::infinity()).number(std::numeric_limits<double>::quiet_NaN()).end_array();
+  EXPECT_EQ(w.str(), "[null,null]");
+}
+
+TEST(JsonWriter, KeysAreEscaped) {
+  JsonWriter w;
+  w.begin_object().field("a\"b\n\xff", 1).end_object();
+  simdjson::dom::parser parser;
+  int64_t v = 0;
+  EXPECT_EQ(parser.parse(w.str())["a\"b\n\xEF\xBF\xBD"].get_int64().get(v), simdjson::SUCCESS) << w.str();
+  EXPECT_EQ(v, 1);
+}
+
+// ---- base64 (RFC 4648) ----
+
+TEST(Base64, Rfc4648Vectors) {
+  const std::pair<const char*, const char*> vectors[] = {
+      {"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},         {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"},
+  };
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(base64_encode(plain), encoded);
+    EXPECT_EQ(base64_decode(encoded), std::optional<std::string>(plain)) << encoded;
+  }
+}
+
+TEST(Base64, AppendKeepsWhatIsThere) {
+  std::string out = "x:";
+  base64_append(out, "foo");
+  EXPECT_EQ(out, "x:Zm9v");
+}
+
+TEST(Base64, UsesPlusAndSlash) {
+  EXPECT_EQ(base64_encode("\xfb\xff\xbf"), "+/+/");
+  EXPECT_EQ(base64_decode("+/+/"), std::optional<std::string>("\xfb\xff\xbf"));
+}
+
+TEST(Base64, EveryByteAtEveryLengthRoundTrips) {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(255 - i));
+  for (size_t n = 0; n <= all.size(); ++n) {
+    const std::string in = all.substr(0, n);
+    const std::string enc = base64_encode(in);
+    EXPECT_EQ(enc.size(), (n + 2) / 3 * 4);
+    EXPECT_EQ(base64_decode(enc), std::optional<std::string>(in)) << n;
+  }
+}
+
+TEST(Base64, InvalidInputs) {
+  for (const char* bad : {"Z", "Zg", "Zg=", "Zm9vY", "Z===", "====", "=Zg=", "Zg=a", "Zg==Zg==", "Zm9v!A==", "Zm9\n",
+                          "Zm 9", "Zm9v-_==", "Zm9vYg=\0"}) {
+    EXPECT_FALSE(base64_decode(bad).has_value()) << bad;
+  }
+  EXPECT_FALSE(base64_decode(std::string_view("Zm\0v", 4)).has_value());
+  EXPECT_FALSE(base64_decode("Zm9v\xc3\xa9==").has_value());
+}
+
+// ---- sizes ----
+
+TEST(Size, Values) {
+  EXPECT_EQ(*parse_size("0"), 0);
+  EXPECT_EQ(*parse_size("512"), 512);
+  EXPECT_EQ(*parse_size("64K"), 64 * 1024);
+  EXPECT_EQ(*parse_size("64k"), 64 * 1024);
+  EXPECT_EQ(*parse_size("256M"), int64_t{256} << 20);
+  EXPECT_EQ(*parse_size("2G"), int64_t{2} << 30);
+  EXPECT_EQ(*parse_size("2g"), int64_t{2} << 30);
+  EXPECT_EQ(*parse_size("1KB"), 1024);
+  EXPECT_EQ(*parse_size("1KiB"), 1024);
+  EXPECT_EQ(*parse_size("3MiB"), int64_t{3} << 20);
+  EXPECT_EQ(*parse_size("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(*parse_size("8589934591G"), int64_t{8589934591} << 30);
+}
+
+TEST(Size, Errors) {
+  for (const char* bad : {"", "K", "1T", "1Kb", "1 K", " 1", "1.5G", "0x10", "1KK", "1GiBs", "+1"}) {
+    auto s = parse_size(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.error().code, "bad_request");
+    EXPECT_TRUE(contains(s.error().message, "expected a size")) << bad << " -> " << s.error().message;
+  }
+  EXPECT_TRUE(contains(parse_size("-1").error().message, "cannot be negative"));
+  EXPECT_TRUE(contains(parse_size("8589934592G").error().message, "size too large"));
+  EXPECT_TRUE(contains(parse_size("99999999999999999999").error().message, "size too large"));
+}
+
+}  // namespace
+}  // namespace motor::protocol

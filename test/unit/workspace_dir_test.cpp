@@ -1,0 +1,105 @@
+// Workspace keys and the job's working directory: nothing a caller sends may name a path
+// outside its own workspace.
+#include "workspace/workspace_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace motor::workspace {
+namespace {
+
+using namespace std::string_literals;
+
+void expect_rejected(std::string_view key) {
+  auto s = validate_workspace_key(key);
+  ASSERT_FALSE(s.ok()) << "accepted: \"" << key << "\"";
+  EXPECT_EQ(s.error().code, "workspace_key_rejected");
+}
+
+TEST(WorkspaceKey, Accepted) {
+  for (const char* key : {"default", "a", "ws-1", "feature_x", "v1.2.3", "A-Z_a-z.0-9"}) {
+    EXPECT_TRUE(validate_workspace_key(key).ok()) << key;
+  }
+  EXPECT_TRUE(validate_workspace_key(std::string(128, 'k')).ok());
+}
+
+TEST(WorkspaceKey, Rejected) {
+  expect_rejected("");
+  expect_rejected(".");
+  expect_rejected("..");
+  expect_rejected(".hidden");
+  expect_rejected("a/b");
+  expect_rejected("/abs");
+  expect_rejected("a\\b");
+  expect_rejected("a\0b"s);
+  expect_rejected("\0"s);
+  expect_rejected(std::string(129, 'k'));
+  expect_rejected("a b");
+  expect_rejected("a@b");  // '@' is for caller names, not keys
+  expect_rejected("caf\xC3\xA9");
+  expect_rejected("a\nb");
+}
+
+TEST(WorkspaceKey, MessageSaysWhatAKeyIs) {
+  auto s = validate_workspace_key("..");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("1 to 128"), std::string::npos) << s.error().message;
+}
+
+std::string rel(std::string_view root, std::string_view cwd) {
+  auto r = relative_cwd(root, cwd);
+  EXPECT_TRUE(r.ok()) << root << " + " << cwd << ": " << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : "<error>";
+}
+
+void expect_refused(std::string_view root, std::string_view cwd, std::string_view fragment) {
+  auto r = relative_cwd(root, cwd);
+  ASSERT_FALSE(r.ok()) << root << " + " << cwd << " gave \"" << *r << "\"";
+  EXPECT_EQ(r.error().code, "bad_request");
+  EXPECT_NE(r.error().message.find(fragment), std::string::npos) << r.error().message;
+}
+
+TEST(RelativeCwd, AbsoluteUnderRoot) {
+  EXPECT_EQ(rel("/home/a/repo", "/home/a/repo/src/lib"), "src/lib");
+  EXPECT_EQ(rel("/home/a/repo", "/home/a/repo"), "");
+  EXPECT_EQ(rel("/home/a/repo", "/home/a/repo/"), "");
+  EXPECT_EQ(rel("/home/a/repo/", "/home/a/repo/src"), "src");
+  EXPECT_EQ(rel("/home/a/repo//", "/home/a/repo/src"), "src");
+  EXPECT_EQ(rel("/home/a/repo", "/home/a/repo//src/./x/"), "src/x");
+  EXPECT_EQ(rel("/", "/etc/x"), "etc/x");
+}
+
+TEST(RelativeCwd, AbsoluteOutsideRoot) {
+  expect_refused("/home/a/repo", "/home/a/other", "is not inside repository_root");
+  expect_refused("/home/a/repo", "/home/a/repository", "is not inside repository_root");  // a prefix, not a parent
+  expect_refused("/home/a/repo", "/home/a", "is not inside repository_root");
+  expect_refused("/home/a/repo", "/etc", "is not inside repository_root");
+  expect_refused("", "/home/a/repo", "is not inside repository_root");           // no root to be under
+  expect_refused("home/a/repo", "/home/a/repo", "is not inside repository_root");  // a relative root
+}
+
+TEST(RelativeCwd, DotDotIsRefused) {
+  expect_refused("/r", "..", "may not contain \"..\"");
+  expect_refused("/r", "a/../b", "may not contain \"..\"");
+  expect_refused("/r", "a/..", "may not contain \"..\"");
+  expect_refused("/r", "/r/../etc", "may not contain \"..\"");
+  expect_refused("/r", "../../etc/passwd", "may not contain \"..\"");
+}
+
+TEST(RelativeCwd, DotsThatAreNotDotDot) {
+  EXPECT_EQ(rel("/r", "..."), "...");
+  EXPECT_EQ(rel("/r", "..a"), "..a");
+  EXPECT_EQ(rel("/r", ".git"), ".git");
+}
+
+TEST(RelativeCwd, DotAndEmpty) {
+  EXPECT_EQ(rel("/r", ""), "");
+  EXPECT_EQ(rel("/r", "."), "");
+  EXPECT_EQ(rel("/r", "./"), "");
+  EXPECT_EQ(rel("/r", "./a/./b"), "a/b");
+  EXPECT_EQ(rel("", "src"), "src");  // a relative cwd needs no root
+}
+
+}  // namespace
+}  // namespace motor::workspace
