@@ -1,6 +1,9 @@
 #include "client/cli.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -51,14 +54,62 @@ std::string describe_refusal(const protocol::Message& m) {
   return s + "\n";
 }
 
+// Creates the secret file before the job is submitted: new, 0600, never through a symlink,
+// never over an existing file.
+Expected<int> create_secret_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return Error{"usage", fmt::format("cannot create the secret file {}: {}{}", path, std::strerror(err),
+                                      err == EEXIST ? " (it is never overwritten; pick a new path)" : "")};
+  }
+  fchmod(fd, 0600);  // whatever the umask says
+  return fd;
+}
+
+// Reads a secret from a file or stdin: one line, surrounding whitespace dropped.
+Expected<std::string> read_secret(const CliOptions& o) {
+  std::string text;
+  int fd = STDIN_FILENO;
+  if (o.secret_file) {
+    fd = ::open(o.secret_file->c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Error{"usage", fmt::format("cannot read the secret file {}: {}", *o.secret_file, std::strerror(errno))};
+  }
+  char buf[512];
+  for (ssize_t n; text.size() < 4096 && (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  if (fd != STDIN_FILENO) ::close(fd);
+  explicit_bzero(buf, sizeof buf);
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  const auto end = text.find_last_not_of(" \t\r\n");
+  std::string secret = begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+  explicit_bzero(text.data(), text.size());
+  if (secret.empty() || secret.find('\n') != std::string::npos) return Error{"usage", "the secret must be one non-empty line"};
+  return secret;
+}
+
+std::string job_ref_params(const CliOptions& o, const std::optional<std::string>& secret, std::optional<int64_t> from_seq) {
+  protocol::JsonWriter w;
+  w.begin_object().field("job_id", o.job_id);
+  if (from_seq) w.field("from_seq", *from_seq);
+  if (secret) w.field("secret", *secret);
+  w.end_object();
+  return w.take();
+}
+
 // Follows a job's stream (exec.run or exec.attach) to its terminal record. If the connection
 // breaks, reconnects and attaches from the last seq seen + 1: a job is never run twice.
-int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std::string job_id, int64_t last_seq) {
+int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std::string job_id, int64_t last_seq,
+                  int secret_fd, const std::optional<std::string>& secret) {
   bool cancel_sent = false;
+  bool cancel_wanted = false;  // Ctrl-C before the job had an id: cancel once it has one
   for (int reconnects = 0;;) {
     auto m = conn.read(&interrupted);
     if (!m && m.error().code == "interrupted") {
-      if (g_interrupts > 1 || job_id.empty()) return kExitCancelled;
+      if (g_interrupts > 1) return kExitCancelled;
+      if (job_id.empty()) {
+        cancel_wanted = true;
+        continue;
+      }
       if (!cancel_sent) {
         fmt::print(stderr, "motor: cancelling job {} (Ctrl-C again to stop waiting)\n", job_id);
         (void)conn.request("exec.cancel", fmt::format("{{\"job_id\":\"{}\"}}", job_id));
@@ -77,7 +128,9 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
       auto again = Connection::open(o.socket_path);
       if (!again) continue;
       conn = std::move(*again);
-      auto id = conn.request("exec.attach", fmt::format("{{\"job_id\":\"{}\",\"from_seq\":{}}}", job_id, last_seq + 1));
+      CliOptions again_opts = o;
+      again_opts.job_id = job_id;
+      auto id = conn.request("exec.attach", job_ref_params(again_opts, secret, last_seq + 1));
       if (id) request_id = *id;
       continue;
     }
@@ -91,6 +144,20 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
     if (m->seq > 0) last_seq = std::max(last_seq, m->seq);
     if (m->type == "accepted") {
       job_id = m->job_id;
+      if (auto at = m->raw.find("\"secret\":\""); at != std::string::npos) {
+        const std::string value = m->raw.substr(at + 10, m->raw.find('"', at + 10) - (at + 10));
+        if (secret_fd >= 0) {
+          const std::string line = value + "\n";
+          write_all(secret_fd, line);
+          ::close(secret_fd);
+        } else if (!o.json) {
+          fmt::print(stderr, "motor: direct job {}; its secret (shown once, keep it private): {}\n", job_id, value);
+        }
+      }
+      if (cancel_wanted && !cancel_sent) {
+        (void)conn.request("exec.cancel", fmt::format("{{\"job_id\":\"{}\"}}", job_id));
+        cancel_sent = true;
+      }
     } else if (m->type == "output" && !o.json) {
       write_all(m->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, m->bytes);
     } else if (m->type == "terminal") {
@@ -127,6 +194,7 @@ std::string run_params(const CliOptions& o) {
   if (o.timeout_s) w.field("timeout", *o.timeout_s);
   if (o.cpus) w.field("cpus", *o.cpus);
   if (o.memory_bytes) w.field("memory", *o.memory_bytes);
+  if (o.direct) w.field("direct", true);
   w.end_object();
   return w.take();
 }
@@ -194,9 +262,10 @@ const char* usage_text() {
 
   motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE]
             [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
-  motor attach JOB [--from-seq N] [--json]
-  motor status [JOB] [--json]
-  motor cancel JOB
+  motor run --direct [--secret-file PATH] ...   (a direct job: see docs/direct-runs.md)
+  motor attach JOB [--from-seq N] [--json] [--secret-file PATH | --secret-stdin]
+  motor status [JOB] [--json] [--secret-file PATH | --secret-stdin]
+  motor cancel JOB [--secret-file PATH | --secret-stdin]
   motor list [--json]
 
 The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. Options may come before
@@ -205,6 +274,9 @@ or after other arguments. SIZE takes K, M or G (powers of 1024).
 `run` streams the job's stdout and stderr and exits with the job's status: its exit code; 128+N
 for signal N; 124 if killed at its deadline; 130 if cancelled (Ctrl-C cancels the job); 75 if
 the runner refused for now (try again later); 69 for a lasting refusal; 64 for usage errors.
+
+A direct job's secret is printed once on stderr, or written to a new 0600 file with
+--secret-file. A secret is read only from a file or stdin, never from the command line.
 )";
 }
 
@@ -237,8 +309,20 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       if (i + 1 >= args.size()) return usage(name + " needs a value");
       return args[++i];
     };
+    if (name == "--secret" || name == "-s" || name.rfind("--secret=", 0) == 0) {
+      // Never from argv (it would show in ps and shell history), and never echoed back.
+      return usage("a secret is never taken from the command line; use --secret-file PATH or --secret-stdin");
+    }
     if (name == "--json") {
       o.json = true;
+    } else if (name == "--direct") {
+      o.direct = true;
+    } else if (name == "--secret-stdin") {
+      o.secret_stdin = true;
+    } else if (name == "--secret-file") {
+      auto v = value();
+      if (!v) return v.error();
+      o.secret_file = *v;
     } else if (name == "--socket") {
       auto v = value();
       if (!v) return v.error();
@@ -301,6 +385,11 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
     return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel or list)");
   }
   if (o.command != "run" && (!o.argv.empty() || o.shell_command)) return usage("only run takes a command");
+  if (o.direct && o.command != "run") return usage("--direct is for run");
+  if (o.command == "run" && o.secret_file && !o.direct) return usage("--secret-file with run needs --direct");
+  if (o.command == "run" && o.secret_stdin) return usage("--secret-stdin is for attach, status and cancel");
+  if (o.secret_file && o.secret_stdin) return usage("give either --secret-file or --secret-stdin, not both");
+  if (o.command == "list" && (o.secret_file || o.secret_stdin)) return usage("list takes no secret");
   return o;
 }
 
@@ -321,15 +410,41 @@ int run_cli(const CliOptions& o) {
     sigprocmask(SIG_BLOCK, &block, nullptr);  // delivered only while waiting (Connection::read)
     signal(SIGPIPE, SIG_IGN);
     const bool run = o.command == "run";
-    auto id = run ? conn->request("exec.run", run_params(o))
-                  : conn->request("exec.attach", fmt::format("{{\"job_id\":\"{}\",\"from_seq\":{}}}", o.job_id, o.from_seq));
+    int secret_fd = -1;
+    std::optional<std::string> secret;
+    if (run && o.secret_file) {
+      auto fd = create_secret_file(*o.secret_file);
+      if (!fd) {
+        fmt::print(stderr, "motor: {}\n", fd.error().message);
+        return kExitUsage;
+      }
+      secret_fd = *fd;
+    }
+    if (!run && (o.secret_file || o.secret_stdin)) {
+      auto s = read_secret(o);
+      if (!s) {
+        fmt::print(stderr, "motor: {}\n", s.error().message);
+        return kExitUsage;
+      }
+      secret = std::move(*s);
+    }
+    auto id = run ? conn->request("exec.run", run_params(o)) : conn->request("exec.attach", job_ref_params(o, secret, o.from_seq));
     if (!id) {
       fmt::print(stderr, "motor: {}\n", id.error().message);
       return kExitTransient;
     }
-    return follow_stream(o, *conn, *id, run ? "" : o.job_id, run ? 0 : o.from_seq - 1);
+    return follow_stream(o, *conn, *id, run ? "" : o.job_id, run ? 0 : o.from_seq - 1, secret_fd, secret);
   }
-  const std::string job = o.job_id.empty() ? "{}" : fmt::format("{{\"job_id\":\"{}\"}}", o.job_id);
+  std::optional<std::string> secret;
+  if (o.secret_file || o.secret_stdin) {
+    auto s = read_secret(o);
+    if (!s) {
+      fmt::print(stderr, "motor: {}\n", s.error().message);
+      return kExitUsage;
+    }
+    secret = std::move(*s);
+  }
+  const std::string job = o.job_id.empty() ? "{}" : job_ref_params(o, secret, std::nullopt);
   if (o.command == "status") return simple_request(o, *conn, "exec.status", job, print_result);
   if (o.command == "cancel") return simple_request(o, *conn, "exec.cancel", job, print_result);
   return simple_request(o, *conn, "exec.list", "{}", print_list);

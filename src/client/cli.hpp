@@ -26,6 +26,9 @@ struct CliOptions {
   std::string job_id;                        // attach/status/cancel
   int64_t from_seq = 1;
   bool json = false;
+  bool direct = false;                       // run: ask for a direct job and its secret
+  std::optional<std::string> secret_file;    // run: create it for the secret; others: read it
+  bool secret_stdin = false;                 // attach/status/cancel: read the secret from stdin
 };
 
 inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";

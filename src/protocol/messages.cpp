@@ -266,8 +266,10 @@ Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view p
   r.string("job_id", [&](std::string s) { ref.job_id = std::move(s); given = true; }, job_id_required);
   std::optional<int64_t> from;
   r.integer("from_seq", from, 1, INT64_MAX);
+  r.string("secret", [&](std::string s) { ref.secret = std::move(s); });
   if (r.error()) return *r.error();
   if (from) ref.from_seq = *from;
+  if (ref.secret && ref.secret->size() > 256) return bad("field \"params.secret\" is too long");
   // Only absence (or null) is optional: an empty string is not a job id.
   if (given && !is_job_id(ref.job_id)) {
     return bad("field \"params.job_id\" is not a job id (a lowercase UUID)");

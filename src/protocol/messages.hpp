@@ -51,6 +51,7 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
 struct JobRef {
   std::string job_id;  // empty when absent and optional
   int64_t from_seq = 1;
+  std::optional<std::string> secret;  // a direct job's secret (never echoed in any error)
 };
 Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view params_json, bool job_id_required);
 

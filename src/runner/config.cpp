@@ -86,6 +86,10 @@ finished_jobs_kept = 1000
 
 # Most client connections at once.
 max_sessions = 1024
+# Direct jobs: exec.run with direct: true gets a one-time secret that lets its holder attach,
+# check status or cancel that job only (docs/direct-runs.md). true or false.
+direct_jobs = false
+
 # On SIGTERM: kill running jobs, or finish (let them run up to shutdown_grace_s, then kill).
 shutdown = kill
 shutdown_grace_s = 30
@@ -308,7 +312,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 26> kKeys = {{
+const std::array<KeySpec, 27> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -460,6 +464,17 @@ const std::array<KeySpec, 26> kKeys = {{
      }},
     {"max_sessions", false,
      [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 65536, c.max_sessions); }},
+    {"direct_jobs", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar == "true") {
+         c.direct_jobs = true;
+       } else if (v.scalar == "false") {
+         c.direct_jobs = false;
+       } else {
+         return "expected true or false, got " + shown(v.scalar);
+       }
+       return std::nullopt;
+     }},
     {"shutdown", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        if (v.scalar == "kill") {

@@ -51,6 +51,9 @@ struct Config {
   // Sessions.
   int64_t max_sessions = 1024;
 
+  // Direct jobs (exec.run with direct: true) and their one-time secrets (docs/direct-runs.md).
+  bool direct_jobs = false;
+
   // SIGTERM: kill running jobs, or wait up to shutdown_grace_s for them to finish first.
   ShutdownPolicy shutdown = ShutdownPolicy::kKill;
   int64_t shutdown_grace_s = 30;

@@ -381,6 +381,8 @@ void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
     return;
   }
   Follower f{&session, request_id, {}, std::nullopt};
+  // A finished job always ends a follow with its terminal record, even past the end.
+  if (state_ == State::kFinished && from_seq > log_->last_seq()) from_seq = log_->last_seq();
   auto cursor = log_->cursor_at(from_seq);
   if (!cursor) {
     session.send(protocol::encode_error(request_id, "internal", cursor.error().message));

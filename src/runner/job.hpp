@@ -15,6 +15,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job_log.hpp"
+#include "runner/sha256.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawn.hpp"
 
@@ -73,6 +74,9 @@ class Job {
   bool has_followers() const { return !followers_.empty(); }
   int64_t memory_bytes() const { return memory_bytes_; }
   const CpuClaim& cpus() const { return cpus_; }
+  // Direct jobs: the SHA-256 of the one-time secret (the secret itself is never kept).
+  const std::optional<Sha256Digest>& secret_digest() const { return secret_digest_; }
+  void set_secret_digest(const Sha256Digest& d) { secret_digest_ = d; }
 
  private:
   struct Follower {
@@ -115,6 +119,7 @@ class Job {
   uint64_t started_hr_ns_ = 0;
   int64_t memory_bytes_ = 0;
   CpuClaim cpus_;
+  std::optional<Sha256Digest> secret_digest_;
   std::string network_ = "offline", platform_ = "linux";
 
   std::unique_ptr<sandbox::JobCgroup> cgroup_;

@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +22,7 @@
 #include "runner/job_id.hpp"
 #include "runner/log.hpp"
 #include "runner/session.hpp"
+#include "runner/sha256.hpp"
 #include "runner/state_store.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "workspace/workspace_dir.hpp"
@@ -33,6 +35,7 @@ using protocol::JsonWriter;
 constexpr int64_t kRetryWhenFullMs = 5000;
 constexpr int64_t kRetryWhenDrainingMs = 30000;
 constexpr uint64_t kExitFlushMs = 2000;
+constexpr size_t kListLimit = 500;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
 
@@ -58,6 +61,14 @@ void remove_job_dir(const std::string& dir) {
   }
   rmdir(dir.c_str());
 }
+
+void restore_secret_digest(Job& job, const std::string& hex) {
+  Sha256Digest d{};
+  if (!hex.empty() && from_hex(hex, d)) job.set_secret_digest(d);
+}
+
+// What an unknown job id is compared against, so it costs what a wrong secret costs.
+const Sha256Digest kDummyDigest = sha256("motor: no such job");
 
 std::string summarize(const protocol::RunParams& p) {
   std::string s;
@@ -155,6 +166,7 @@ Status Runner::recover() {
     if (pj.state == "finished" && !pj.terminal_json.empty()) {
       jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms,
                                       pj.terminal_json);
+      restore_secret_digest(*jobs_[pj.job_id], pj.secret_sha256);
       continue;
     }
     // A job of a runner that died: kill whatever is left of it, and say we do not know how it
@@ -198,6 +210,7 @@ Status Runner::recover() {
     log_warning("job {} was running when the runner stopped; its processes were killed; outcome: {}", pj.job_id,
                 terminal.find("outcome_unknown") != std::string::npos ? "unknown" : "recorded before the stop");
     jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
+    restore_secret_digest(*jobs_[pj.job_id], pj.secret_sha256);
   }
   // Job cgroups that no record names (the runner died between creating one and saving state).
   for (const auto& name : cgroups_->list()) {
@@ -352,7 +365,7 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
     }
     auto caller = protocol::parse_identify(parser_, r.params_json);
     if (!caller) return session.send(protocol::encode_error(r.id, caller.error().code, caller.error().message));
-    session.set_caller(*caller);
+    session.set_caller(*caller);  // from now on the session is that caller, nothing more
     return session.send(protocol::encode_result(r.id, fmt::format("{{\"caller\":\"{}\"}}", *caller)));
   }
   session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
@@ -383,6 +396,10 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   const auto& p = *params;
   if (shutting_down_ || draining_) {
     return refuse_job(session, r.id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
+  }
+  if (p.direct && !config_.direct_jobs) {
+    return session.send(protocol::encode_error(r.id, "bad_request",
+                                               "direct jobs are not enabled on this runner (direct_jobs = false)"));
   }
   if (p.platform != "linux") {
     return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
@@ -485,6 +502,21 @@ void Runner::start_next() {
   if (!id) return session.send(protocol::encode_error(request_id, "internal", id.error().message));
   auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
   Job* jp = job.get();
+  // A direct job's secret: 256 bits from the OS, sent once in `accepted` on this connection;
+  // only its digest is kept (state.json), the plaintext is wiped once it is on its way.
+  std::string secret;
+  if (p.direct) {
+    uint8_t raw[32];
+    if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) {
+      return session.send(protocol::encode_error(request_id, "internal", "getrandom failed"));
+    }
+    Sha256Digest bytes;
+    std::copy(std::begin(raw), std::end(raw), bytes.begin());
+    secret = to_hex(bytes);
+    explicit_bzero(raw, sizeof raw);
+    explicit_bzero(bytes.data(), bytes.size());
+    job->set_secret_digest(sha256(secret));
+  }
   jobs_[*id] = std::move(job);
   if (auto s = jp->start(launch, *cgroups_, &hooks); !s) {
     log_error("job {}: could not start: {}", *id, s.error().message);
@@ -500,21 +532,35 @@ void Runner::start_next() {
   a.env_not_forwarded = env.not_forwarded;
   a.platform = p.platform;
   a.network = p.network;
+  if (p.direct) a.secret = std::move(secret);
+  std::string accepted = protocol::encode_accepted(a);
+  if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
+  explicit_bzero(secret.data(), secret.size());
   // `accepted` promises the job is on record: it goes out once state.json says so.
   Session* s = &session;
-  request_save([this, s, request_id, accepted = protocol::encode_accepted(a), job_id = *id] {
-    if (!sessions_.count(s)) return;  // the client left; the job runs on, attachable later
-    s->send(protocol::with_request_id(request_id, accepted));
-    if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
+  request_save([this, s, request_id, accepted = std::move(accepted), job_id = *id]() mutable {
+    if (sessions_.count(s)) {
+      s->send(protocol::with_request_id(request_id, accepted), Session::kSensitive);
+      if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
+    }  // else the client left; the job runs on, attachable later
+    explicit_bzero(accepted.data(), accepted.size());
   });
   update_status();
 }
 
-Job* Runner::visible_job(Session& session, const std::string& job_id) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return nullptr;
-  if (!session.privileged() && it->second->caller() != session.caller()) return nullptr;
-  return it->second.get();
+Job* Runner::visible_job(Session& session, const protocol::JobRef& ref) {
+  auto it = jobs_.find(ref.job_id);
+  Job* job = it == jobs_.end() ? nullptr : it->second.get();
+  // The route that submitted the job (its caller) and the operator need no secret.
+  if (job && (session.privileged() || job->caller() == session.caller())) return job;
+  if (!ref.secret) return nullptr;
+  // The direct route: decided on the digest alone, before any of the job's files are touched.
+  // An unknown id (or a job without a secret) is compared with a fixed dummy digest, so the
+  // answer and its cost are those of a wrong secret.
+  const Sha256Digest presented = sha256(*ref.secret);
+  const bool direct = job && job->secret_digest();
+  const bool match = digests_equal(presented, direct ? *job->secret_digest() : kDummyDigest);
+  return match && direct ? job : nullptr;
 }
 
 static constexpr const char* kNoSuchJob = "no such job, or it is not yours";
@@ -522,7 +568,7 @@ static constexpr const char* kNoSuchJob = "no such job, or it is not yours";
 void Runner::handle_cancel(Session& session, const protocol::Request& r) {
   auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
-  Job* job = visible_job(session, ref->job_id);
+  Job* job = visible_job(session, *ref);
   if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
   job->cancel();
   session.send(protocol::encode_result(r.id, fmt::format("{{\"job_id\":\"{}\"}}", job->id())));
@@ -531,7 +577,7 @@ void Runner::handle_cancel(Session& session, const protocol::Request& r) {
 void Runner::handle_attach(Session& session, const protocol::Request& r) {
   auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
-  Job* job = visible_job(session, ref->job_id);
+  Job* job = visible_job(session, *ref);
   if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
   job->follow(session, r.id, ref->from_seq);
 }
@@ -541,7 +587,7 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   JsonWriter w;
   if (!ref->job_id.empty()) {
-    Job* job = visible_job(session, ref->job_id);
+    Job* job = visible_job(session, *ref);
     if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
     w.begin_object().field("job_id", job->id()).field("workspace_key", job->workspace_key());
     w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
@@ -566,10 +612,18 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_list(Session& session, const protocol::Request& r) {
+  // The newest jobs, at most kListLimit of them, so the reply always fits in one frame.
+  std::vector<const Job*> visible;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend() && visible.size() <= kListLimit; ++it) {
+    if (session.privileged() || it->second->caller() == session.caller()) visible.push_back(it->second.get());
+  }
+  const bool truncated = visible.size() > kListLimit;
+  if (truncated) visible.pop_back();
+  std::reverse(visible.begin(), visible.end());
   JsonWriter w;
-  w.begin_object().key("jobs").begin_array();
-  for (const auto& [id, job] : jobs_) {
-    if (!session.privileged() && job->caller() != session.caller()) continue;
+  w.begin_object().field("truncated", truncated).key("jobs").begin_array();
+  for (const Job* job : visible) {
+    const std::string& id = job->id();
     w.begin_object().field("job_id", id).field("caller", job->caller()).field("workspace_key", job->workspace_key());
     w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
     w.field("summary", job->summary()).field("created_at_ms", job->created_at_ms());
@@ -621,6 +675,7 @@ void Runner::save_state() {
     pj.created_at_ms = job->created_at_ms();
     pj.started_at_ms = job->started_at_ms();
     pj.terminal_json = job->terminal_json();
+    if (job->secret_digest()) pj.secret_sha256 = to_hex(*job->secret_digest());
     st.jobs.push_back(std::move(pj));
   }
   reactor::SlowCall timed("saving state.json");

@@ -66,7 +66,7 @@ class Runner {
   void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
-  Job* visible_job(Session& session, const std::string& job_id);
+  Job* visible_job(Session& session, const protocol::JobRef& ref);
   void begin_shutdown(int signum);
   void maybe_exit();
   void evict_finished();

@@ -1,6 +1,7 @@
 #include "runner/session.hpp"
 
 #include <pwd.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ struct WriteRequest {
   uv_write_t req{};
   std::string data;
   Session* session = nullptr;
+  bool sensitive = false;
 };
 
 std::string user_name(uid_t uid) {
@@ -59,8 +61,8 @@ Session* Session::accept(Runner& runner, uv_stream_t* server) {
   uv_read_start(
       reinterpret_cast<uv_stream_t*>(&s->pipe_),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-        auto* self = static_cast<Session*>(h->data);
-        *buf = uv_buf_init(self->read_buf_, sizeof self->read_buf_);
+        (void)h;
+        *buf = uv_buf_init(read_buf_, sizeof read_buf_);
       },
       [](uv_stream_t* h, ssize_t nread, const uv_buf_t* buf) { static_cast<Session*>(h->data)->on_read(nread, buf); });
   return s;
@@ -91,11 +93,16 @@ void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
   }
 }
 
-void Session::send(std::string json) {
-  if (closing_) return;
+void Session::send(std::string json, bool sensitive) {
+  if (closing_) {
+    if (sensitive) explicit_bzero(json.data(), json.size());
+    return;
+  }
   auto* w = new WriteRequest;
   w->data.reserve(json.size() + 4);
   protocol::append_frame(w->data, json);
+  if (sensitive) explicit_bzero(json.data(), json.size());
+  w->sensitive = sensitive;
   w->session = this;
   in_flight_ += w->data.size();
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
@@ -103,11 +110,13 @@ void Session::send(std::string json) {
     auto* done = reinterpret_cast<WriteRequest*>(req);
     Session* s = done->session;
     const size_t n = done->data.size();
+    if (done->sensitive) explicit_bzero(done->data.data(), done->data.size());
     delete done;
     s->on_write_done(n);
   });
   if (rc != 0) {
     in_flight_ -= w->data.size();
+    if (w->sensitive) explicit_bzero(w->data.data(), w->data.size());
     delete w;
     close();
     return;

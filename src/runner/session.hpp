@@ -25,14 +25,20 @@ class Session {
   gid_t peer_gid() const { return peer_gid_; }
   pid_t peer_pid() const { return peer_pid_; }
   const std::string& caller() const { return caller_; }
-  void set_caller(std::string caller) { caller_ = std::move(caller); }
+  // Set by the connect bridge: the session is then that caller, and no longer privileged.
+  void set_caller(std::string caller) {
+    caller_ = std::move(caller);
+    privileged_ = false;
+  }
   // The operator (root) and the runner's own account (the `connect` bridge) see every job.
   bool privileged() const { return privileged_; }
   bool closed() const { return closing_; }
 
   // Queues one message (a JSON object) as a frame. Replies always go out; a client that lets
   // replies pile up past a hard bound is disconnected.
-  void send(std::string json);
+  static constexpr bool kSensitive = true;
+  // `sensitive`: the bytes hold a secret; every copy is wiped once written.
+  void send(std::string json, bool sensitive = false);
   // Stream records go out only while the bytes in flight are below the per-client bound; the
   // job feeds more when on_drained tells it there is room.
   bool has_room() const { return !closing_ && in_flight_ < room_bytes_; }
@@ -55,7 +61,9 @@ class Session {
   Runner& runner_;
   protocol::FrameDecoder decoder_;
   std::vector<std::string> frames_;
-  char read_buf_[64 * 1024];
+  // One read buffer for all sessions: a read is consumed before the next one starts, and an
+  // idle session then costs only its own small state.
+  static inline char read_buf_[64 * 1024];
   size_t room_bytes_;
   size_t in_flight_ = 0;
   bool closing_ = false;

@@ -25,6 +25,7 @@ std::string encode_state(const PersistedState& state) {
         .field("cgroup", j.cgroup)
         .field("created_at_ms", j.created_at_ms)
         .field("started_at_ms", j.started_at_ms);
+    if (!j.secret_sha256.empty()) w.field("secret_sha256", j.secret_sha256);
     if (j.terminal_json.empty()) w.field_null("terminal");
     else w.field_raw("terminal", j.terminal_json);
     w.end_object();
@@ -58,6 +59,7 @@ Expected<PersistedState> decode_state(std::string_view json) {
     str("summary", j.summary);
     str("state", j.state);
     str("cgroup", j.cgroup);
+    str("secret_sha256", j.secret_sha256);
     int64_t n = 0;
     if (!e["created_at_ms"].get_int64().get(n)) j.created_at_ms = n;
     if (!e["started_at_ms"].get_int64().get(n)) j.started_at_ms = n;

@@ -20,6 +20,7 @@ struct PersistedJob {
   int64_t created_at_ms = 0;
   int64_t started_at_ms = 0;
   std::string terminal_json;  // the terminal record once finished
+  std::string secret_sha256;  // a direct job's secret digest (hex); never the secret itself
 };
 
 struct PersistedState {

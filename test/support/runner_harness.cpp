@@ -134,7 +134,10 @@ RunnerProcess::RunnerProcess(std::string extra_config) {
   config_path_ = dir_ + "/runner.conf";
   log_path_ = dir_ + "/runner.log";
   cgroup_parent_ = "motor-test-" + unique_marker();
-  write_file(config_path_, fmt::format("cgroup_parent = {}\njob_log_max_size = 64M\n{}\n", cgroup_parent_, extra_config));
+  // Small history by default (tests write a lot); a test's own setting wins.
+  const bool own_log_size = extra_config.find("job_log_max_size") != std::string::npos;
+  write_file(config_path_, fmt::format("cgroup_parent = {}\n{}{}\n", cgroup_parent_,
+                                       own_log_size ? "" : "job_log_max_size = 64M\n", extra_config));
 }
 
 RunnerProcess::~RunnerProcess() {
@@ -233,8 +236,36 @@ RawClient::RawClient(const std::string& socket_path) {
   }
 }
 
+std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path, const std::string& caller) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return nullptr;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(sv[1], 0);
+    dup2(sv[1], 1);
+    execl(MOTOR_RUNNER_BIN, MOTOR_RUNNER_BIN, "connect", "--caller", caller.c_str(), "--socket", socket_path.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(sv[1]);
+  std::unique_ptr<RawClient> c(new RawClient());
+  c->fd_ = sv[0];
+  c->bridge_pid_ = pid;
+  return c;
+}
+
 RawClient::~RawClient() {
   if (fd_ >= 0) close(fd_);
+  if (bridge_pid_ > 0) {
+    // The bridge exits once the runner closes its side; do not wait on a stuck one for ever.
+    for (int i = 0; i < 200 && waitpid(bridge_pid_, nullptr, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (waitpid(bridge_pid_, nullptr, WNOHANG) == 0) {
+      kill(bridge_pid_, SIGKILL);
+      waitpid(bridge_pid_, nullptr, 0);
+    }
+  }
 }
 
 bool RawClient::send_bytes(const std::string& bytes) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ class RunnerProcess {
 class RawClient {
  public:
   explicit RawClient(const std::string& socket_path);
+  // A session through `motor-runner connect --caller NAME`, as ssh would run it for a caller.
+  static std::unique_ptr<RawClient> via_bridge(const std::string& socket_path, const std::string& caller);
   ~RawClient();
   bool connected() const { return fd_ >= 0; }
   bool send_bytes(const std::string& bytes);
@@ -85,7 +88,9 @@ class RawClient {
   int fd() const { return fd_; }
 
  private:
+  RawClient() = default;
   int fd_ = -1;
+  pid_t bridge_pid_ = -1;
   std::string buffer_;
 };
 
