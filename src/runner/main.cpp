@@ -1,4 +1,5 @@
 // motor-runner: serve (the daemon), connect (the SSH bridge).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -94,6 +95,12 @@ int main(int argc, char** argv) {
   if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
   if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
   log_init();
+  // Every client session is a socket: take the whole open-file allowance the host grants.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
 
   uv_loop_t loop;
