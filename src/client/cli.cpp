@@ -195,6 +195,7 @@ std::string run_params(const CliOptions& o) {
   if (o.cpus) w.field("cpus", *o.cpus);
   if (o.memory_bytes) w.field("memory", *o.memory_bytes);
   if (o.direct) w.field("direct", true);
+  if (!o.priority.empty()) w.field("priority", o.priority);
   w.end_object();
   return w.take();
 }
@@ -246,6 +247,12 @@ void print_list(std::string_view raw) {
   }
 }
 
+void print_metrics(std::string_view raw) {
+  simdjson::dom::parser parser;
+  std::string_view text;
+  if (!parser.parse(raw.data(), raw.size())["result"]["metrics"].get_string().get(text)) fmt::print("{}", text);
+}
+
 void print_result(std::string_view raw) {
   simdjson::dom::parser parser;
   simdjson::dom::element result;
@@ -260,13 +267,15 @@ void print_result(std::string_view raw) {
 const char* usage_text() {
   return R"(usage: motor [--socket PATH] COMMAND ...
 
-  motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE]
+  motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE] [--priority interactive|batch]
             [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
   motor run --direct [--secret-file PATH] ...   (a direct job: see docs/direct-runs.md)
   motor attach JOB [--from-seq N] [--json] [--secret-file PATH | --secret-stdin]
   motor status [JOB] [--json] [--secret-file PATH | --secret-stdin]
   motor cancel JOB [--secret-file PATH | --secret-stdin]
   motor list [--json]
+  motor status --metrics                  (the runner's Prometheus metrics)
+  motor drain [--wait] | motor resume     (stop taking new jobs / take them again)
 
 The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. Options may come before
 or after other arguments. SIZE takes K, M or G (powers of 1024).
@@ -317,6 +326,15 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       o.json = true;
     } else if (name == "--direct") {
       o.direct = true;
+    } else if (name == "--wait") {
+      o.wait = true;
+    } else if (name == "--metrics") {
+      o.metrics = true;
+    } else if (name == "--priority") {
+      auto v = value();
+      if (!v) return v.error();
+      if (*v != "interactive" && *v != "batch") return usage("--priority is interactive or batch");
+      o.priority = *v;
     } else if (name == "--secret-stdin") {
       o.secret_stdin = true;
     } else if (name == "--secret-file") {
@@ -379,11 +397,14 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
   } else if (o.command == "status") {
     if (extra > 1) return usage("status takes at most one job id");
     if (extra == 1) o.job_id = positional[1];
-  } else if (o.command == "list") {
-    if (extra > 0) return usage("list takes no arguments");
+  } else if (o.command == "list" || o.command == "drain" || o.command == "resume") {
+    if (extra > 0) return usage(o.command + " takes no arguments");
   } else {
-    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel or list)");
+    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel, list, drain or resume)");
   }
+  if (o.wait && o.command != "drain") return usage("--wait is for drain");
+  if (o.metrics && (o.command != "status" || !o.job_id.empty())) return usage("--metrics is for status without a job");
+  if (!o.priority.empty() && o.command != "run") return usage("--priority is for run");
   if (o.command != "run" && (!o.argv.empty() || o.shell_command)) return usage("only run takes a command");
   if (o.direct && o.command != "run") return usage("--direct is for run");
   if (o.command == "run" && o.secret_file && !o.direct) return usage("--secret-file with run needs --direct");
@@ -445,7 +466,11 @@ int run_cli(const CliOptions& o) {
     secret = std::move(*s);
   }
   const std::string job = o.job_id.empty() ? "{}" : job_ref_params(o, secret, std::nullopt);
+  if (o.command == "status" && o.metrics) return simple_request(o, *conn, "runner.status", R"({"metrics":true})", print_metrics);
+  if (o.command == "status" && o.job_id.empty()) return simple_request(o, *conn, "runner.status", "{}", print_result);
   if (o.command == "status") return simple_request(o, *conn, "exec.status", job, print_result);
+  if (o.command == "drain") return simple_request(o, *conn, "runner.drain", o.wait ? R"({"wait":true})" : "{}", print_result);
+  if (o.command == "resume") return simple_request(o, *conn, "runner.resume", "{}", print_result);
   if (o.command == "cancel") return simple_request(o, *conn, "exec.cancel", job, print_result);
   return simple_request(o, *conn, "exec.list", "{}", print_list);
 }

@@ -12,7 +12,7 @@
 namespace motor::client {
 
 struct CliOptions {
-  std::string command;                 // run | attach | status | cancel | list
+  std::string command;                 // run | attach | status | cancel | list | drain | resume
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
   std::string workspace_key = "default";
   std::string cwd;
@@ -29,6 +29,9 @@ struct CliOptions {
   bool direct = false;                       // run: ask for a direct job and its secret
   std::optional<std::string> secret_file;    // run: create it for the secret; others: read it
   bool secret_stdin = false;                 // attach/status/cancel: read the secret from stdin
+  bool wait = false;                         // drain: return once the runner is idle
+  bool metrics = false;                      // status: print the Prometheus metrics
+  std::string priority;                      // run: interactive | batch
 };
 
 inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";

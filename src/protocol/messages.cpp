@@ -225,6 +225,7 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
   r.string("network", [&](std::string s) { p.network = std::move(s); });
   r.string("platform", [&](std::string s) { p.platform = std::move(s); });
   r.boolean("direct", p.direct);
+  r.string("priority", [&](std::string s) { p.priority = std::move(s); });
   if (auto env = r.get("env")) {
     object env_obj;
     if (env->get_object().get(env_obj)) {

@@ -43,6 +43,7 @@ struct RunParams {
   std::string network = "offline";          // (ext) offline | outbound
   std::string platform = "linux";           // (ext) linux | windows
   bool direct = false;                      // (ext)
+  std::string priority = "batch";           // (ext) interactive | batch: the admission class
 };
 Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_view params_json,
                                      size_t max_argument_bytes);

@@ -66,6 +66,18 @@ max_memory = 16G
 pids_max = 4096
 # Most jobs running at once; more wait in the queue.
 max_running_jobs = 64
+# Jobs that cannot start yet wait in a queue (FIFO per priority class): at most this many.
+max_queued_jobs = 256
+# Longest a job waits in the queue before it is refused (queue_wait_exceeded); a request may ask for less.
+queue_wait_limit_s = 3600
+# Claims per CPU core: 1 never shares a core; 2 lets two jobs share one when every core is claimed.
+cpu_oversubscription = 1
+# Job memory caps are reserved against the host's memory minus this reserve.
+memory_reserve = 1G
+# Below this much free space on the workspace filesystem, new jobs are refused (runner_disk_full).
+disk_free_floor = 1G
+# Metrics in Prometheus text format, rewritten atomically for node_exporter's textfile collector ("" = off).
+metrics_file = ""
 # Most bytes of command, argv and environment in one request.
 max_argument_size = 256K
 # motor-init, PID 1 of every job's sandbox. Empty: the motor-init beside motor-runner.
@@ -312,7 +324,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 27> kKeys = {{
+const std::array<KeySpec, 33> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -435,6 +447,22 @@ const std::array<KeySpec, 27> kKeys = {{
      [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 4194304, c.pids_max); }},
     {"max_running_jobs", false,
      [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 65536, c.max_running_jobs); }},
+    {"max_queued_jobs", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 0, 1000000, c.max_queued_jobs); }},
+    {"queue_wait_limit_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 0, kYear, c.queue_wait_limit_s); }},
+    {"cpu_oversubscription", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 64, c.cpu_oversubscription); }},
+    {"memory_reserve", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, 0, int64_t{1} << 50, c.memory_reserve_bytes); }},
+    {"disk_free_floor", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, 0, int64_t{1} << 50, c.disk_free_floor_bytes); }},
+    {"metrics_file", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (!v.scalar.empty() && v.scalar.front() != '/') return "expected an absolute path, got " + shown(v.scalar);
+       c.metrics_file = v.scalar;
+       return std::nullopt;
+     }},
     {"max_argument_size", false,
      [](Config& c, Value& v) {
        // A request travels in one frame of at most 1 MiB.

@@ -37,6 +37,18 @@ struct Config {
   int64_t max_memory_bytes = int64_t{16} << 30;
   int64_t pids_max = 4096;
   int64_t max_running_jobs = 64;
+  // Admission: jobs that cannot start wait in the queue (at most max_queued_jobs, each at most
+  // queue_wait_limit_s unless the request asks for less).
+  int64_t max_queued_jobs = 256;
+  int64_t queue_wait_limit_s = 3600;
+  // Claims per core (1: a core is never shared; 2: two jobs may share one when all are claimed).
+  int64_t cpu_oversubscription = 1;
+  // Job memory caps are reserved against the host's memory minus this.
+  int64_t memory_reserve_bytes = int64_t{1} << 30;
+  // Below this much free space on the workspace filesystem, new jobs are refused.
+  int64_t disk_free_floor_bytes = int64_t{1} << 30;
+  // Prometheus text exposition for node_exporter's textfile collector ("" = none).
+  std::string metrics_file;
   int64_t max_argument_bytes = 256 * 1024;   // command/argv/env total per request
   // The job sandbox: motor-init's path (empty: beside the motor-runner executable) and the
   // size cap of each job's private /tmp.

@@ -91,6 +91,20 @@ CpuClaim CpuClaims::claim(int64_t cpus) {
   return claim;
 }
 
+bool CpuClaims::can_claim(int64_t cpus, int64_t per_core) const {
+  std::vector<int> loads = load_;
+  std::vector<size_t> order(cores_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return loads[a] < loads[b]; });
+  int64_t have = 0;
+  for (size_t i : order) {
+    if (have >= cpus && have > 0) return true;
+    if (loads[i] >= per_core) return false;
+    have += static_cast<int64_t>(cores_[i].size());
+  }
+  return have >= cpus;
+}
+
 void CpuClaims::release(const CpuClaim& claim) {
   std::set<int> cpus(claim.cpus.begin(), claim.cpus.end());
   for (size_t i = 0; i < cores_.size(); ++i) {

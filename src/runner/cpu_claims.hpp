@@ -26,6 +26,8 @@ class CpuClaims {
   size_t cpu_count() const;
   // Claims enough whole cores for `cpus` logical CPUs (at least one core).
   CpuClaim claim(int64_t cpus);
+  // Whether `cpus` can be claimed with at most `per_core` claims on any core (1: no overlap).
+  bool can_claim(int64_t cpus, int64_t per_core) const;
   void release(const CpuClaim& claim);
   size_t claimed_cores() const;
 

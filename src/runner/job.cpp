@@ -33,6 +33,36 @@ constexpr uint64_t kLogRetryMs = 1000;
 Job::Job(Runner& runner, std::string id, std::string caller, std::string workspace_key)
     : runner_(runner), id_(std::move(id)), caller_(std::move(caller)), workspace_key_(std::move(workspace_key)) {
   created_at_ms_ = now_ms();
+  queued_hr_ns_ = uv_hrtime();
+}
+
+Status Job::enqueue(std::string summary) {
+  summary_ = std::move(summary);
+  auto log = JobLog::create(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
+  if (!log) return log.error();
+  log_.emplace(std::move(*log));
+  state_ = State::kQueued;
+  return {};
+}
+
+void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail, std::optional<int64_t> retry_after_ms) {
+  if (state_ != State::kQueued) return;
+  protocol::TerminalRecord t;
+  t.job_id = id_;
+  t.outcome = std::move(outcome);
+  t.ran = "none";
+  t.refusal_detail = std::move(detail);
+  t.retry_after_ms = retry_after_ms;
+  t.queue_wait_ms = static_cast<int64_t>((uv_hrtime() - queued_hr_ns_) / 1000000);
+  t.network = network_;
+  t.platform = platform_;
+  t.seq = log_ ? log_->last_seq() + 1 : 1;
+  terminal_json_ = protocol::encode_terminal(t);
+  if (log_) append_record(terminal_json_);
+  state_ = State::kFinished;
+  log_job(id_, "ended before it started: {}", terminal_json_);
+  pump_all();
+  runner_.job_finished(*this);
 }
 
 Job::~Job() {
@@ -74,12 +104,16 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   auto fail = [&](Error e) -> Status {
     if (cgroup_) (void)cgroup_->remove();
     cgroup_.reset();
+    state_ = State::kQueued;  // never ran: the runner ends it as refused
     return e;
   };
 
-  auto log = JobLog::create(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
-  if (!log) return fail(log.error());
-  log_.emplace(std::move(*log));
+  if (!log_) {
+    auto log = JobLog::create(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
+    if (!log) return fail(log.error());
+    log_.emplace(std::move(*log));
+  }
+  state_ = State::kRunning;
 
   // state.json records the job in this loop iteration, before its `accepted` goes out; if the
   // runner dies first, the restart finds the cgroup unnamed by any record and kills it.
@@ -111,6 +145,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   }();
   if (!spawned) return fail(spawned.error());
   started_hr_ns_ = uv_hrtime();
+  queue_wait_ms_ = static_cast<int64_t>((started_hr_ns_ - queued_hr_ns_) / 1000000);
   pid_ = spawned->pid;
   pidfd_ = std::move(spawned->pidfd);
   setup_status_ = std::move(spawned->setup_status);
@@ -179,7 +214,7 @@ void Job::confirm_started() {
     return;  // refused before start: no `started` record
   }
   started_at_ms_ = now_ms();
-  append_record(protocol::encode_started(log_->last_seq() + 1, 0, started_at_ms_));
+  append_record(protocol::encode_started(log_->last_seq() + 1, queue_wait_ms_, started_at_ms_));
   if (exec_failed) {
     // As a shell reports a command it cannot run: a message on stderr and exit status 127.
     (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
@@ -193,7 +228,7 @@ void Job::on_output(OutputPipe& out, ssize_t nread) {
       // Output can only come after exec, so the status pipe is at EOF already; be safe anyway.
       started_confirmed_ = true;
       started_at_ms_ = now_ms();
-      append_record(protocol::encode_started(log_->last_seq() + 1, 0, started_at_ms_));
+      append_record(protocol::encode_started(log_->last_seq() + 1, queue_wait_ms_, started_at_ms_));
     }
     append_output(out, std::string_view(out.buf, static_cast<size_t>(nread)));
     return;
@@ -255,7 +290,7 @@ void Job::on_timeout() {
 }
 
 void Job::cancel() {
-  if (state_ == State::kFinished || cancelled_) return;
+  if (state_ != State::kRunning || cancelled_) return;
   cancelled_ = true;
   log_job(id_, "cancelled; killing the job's process tree");
   kill_tree("cancel");
@@ -264,7 +299,7 @@ void Job::cancel() {
 void Job::kill_for_shutdown() { cancel(); }
 
 void Job::kill_tree(const char* why) {
-  if (state_ == State::kFinished) return;
+  if (state_ != State::kRunning) return;
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;
   if (auto s = cgroup_->kill_all(); !s) {
@@ -314,6 +349,7 @@ void Job::finish() {
   t.network = network_;
   t.killed = killed_;
   t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
+  t.queue_wait_ms = queue_wait_ms_;
   t.oom_killed = cgroup_->oom_killed();
   const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
   if (refused) {
@@ -349,6 +385,9 @@ void Job::finish() {
   empty_poll_.close();
   retry_timer_.close();
   setup_poll_.close();
+  // The pipes are closed; their read buffers need not outlive the job.
+  stdout_.reset();
+  stderr_.reset();
   state_ = State::kFinished;
   log_job(id_, "finished: {}", terminal_json_);
   pump_all();

@@ -40,15 +40,22 @@ struct JobLaunch {
 
 class Job {
  public:
-  enum class State { kRunning, kFinished };
+  enum class State { kQueued, kRunning, kFinished };
 
   Job(Runner& runner, std::string id, std::string caller, std::string workspace_key);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  // Creates the cgroup and log, starts the process and watches it. On error nothing is left.
+  // Records a job that waits for admission: its history exists from now on, so clients can
+  // follow it before it starts.
+  Status enqueue(std::string summary);
+  // Creates the cgroup, starts the process and watches it. On error nothing is left but the
+  // job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks);
+  // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
+  void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
+                        std::optional<int64_t> retry_after_ms = std::nullopt);
   // A job of an earlier runner, loaded from state.json (finished, or accounted for at start).
   static std::unique_ptr<Job> restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
                                       std::string summary, int64_t created_at_ms, std::string terminal_json);
@@ -70,6 +77,7 @@ class Job {
   State state() const { return state_; }
   int64_t created_at_ms() const { return created_at_ms_; }
   int64_t started_at_ms() const { return started_at_ms_; }
+  int64_t queue_wait_ms() const { return queue_wait_ms_; }
   const std::string& terminal_json() const { return terminal_json_; }
   bool has_followers() const { return !followers_.empty(); }
   int64_t memory_bytes() const { return memory_bytes_; }
@@ -113,7 +121,9 @@ class Job {
   Runner& runner_;
   std::string id_, caller_, workspace_key_, summary_;
   std::string cgroup_name_;
-  State state_ = State::kRunning;
+  State state_ = State::kQueued;
+  uint64_t queued_hr_ns_ = 0;
+  int64_t queue_wait_ms_ = 0;
   int64_t created_at_ms_ = 0;
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;

@@ -8,10 +8,13 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
+#include <fstream>
 #include <chrono>
 #include <thread>
 
@@ -34,8 +37,10 @@ using protocol::JsonWriter;
 
 constexpr int64_t kRetryWhenFullMs = 5000;
 constexpr int64_t kRetryWhenDrainingMs = 30000;
+constexpr int64_t kRetryWhenDiskFullMs = 60000;
 constexpr uint64_t kExitFlushMs = 2000;
 constexpr size_t kListLimit = 500;
+constexpr uint64_t kMetricsEveryMs = 15000;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
 
@@ -60,6 +65,15 @@ void remove_job_dir(const std::string& dir) {
     closedir(d);
   }
   rmdir(dir.c_str());
+}
+
+const char* state_name(const Job& job) {
+  switch (job.state()) {
+    case Job::State::kQueued: return "queued";
+    case Job::State::kRunning: return "running";
+    case Job::State::kFinished: return "finished";
+  }
+  return "finished";
 }
 
 void restore_secret_digest(Job& job, const std::string& hex) {
@@ -95,7 +109,12 @@ std::string summarize(const protocol::RunParams& p) {
 }  // namespace
 
 Runner::Runner(uv_loop_t* loop, Config config)
-    : loop_(loop), config_(std::move(config)), stall_(loop), notifier_(loop), parser_(protocol::kMaxFrameBytes) {
+    : loop_(loop),
+      config_(std::move(config)),
+      stall_(loop),
+      notifier_(loop),
+      parser_(protocol::kMaxFrameBytes),
+      queue_(static_cast<size_t>(config_.max_queued_jobs)) {
   started_hr_ns_ = uv_hrtime();
 }
 
@@ -136,8 +155,30 @@ Status Runner::start() {
   cgroups_ = std::move(*cgroups);
   log_info("cgroups: {} layout, parent \"{}\"", cgroups_->layout(), config_.cgroup_parent);
 
+  // Job memory caps are reserved against the host's memory less the operator's reserve.
+  {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    while (meminfo >> key >> kib) {
+      if (key == "MemTotal:") break;
+      meminfo.ignore(256, '\n');
+    }
+    memory_budget_ = std::max<int64_t>(0, kib * 1024 - config_.memory_reserve_bytes);
+  }
+  metrics_.set_cpus_total(static_cast<double>(cpu_claims_.cpu_count()));
+  metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
+
   if (auto s = recover(); !s) return s;
   if (auto s = listen(); !s) return s;
+  if (!config_.metrics_file.empty()) {
+    uv_timer_init(loop_, metrics_timer_.get());
+    metrics_timer_.initialized(this);
+    uv_timer_start(metrics_timer_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<Runner>(h)) self->write_metrics();
+    }, 0, kMetricsEveryMs);
+    uv_unref(metrics_timer_.handle());
+  }
 
   uv_check_init(loop_, saver_.get());
   saver_.initialized(this);
@@ -166,6 +207,26 @@ Status Runner::recover() {
     if (pj.state == "finished" && !pj.terminal_json.empty()) {
       jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms,
                                       pj.terminal_json);
+      restore_secret_digest(*jobs_[pj.job_id], pj.secret_sha256);
+      continue;
+    }
+    if (pj.state == "queued") {
+      // It never started: the restart ends it as cancelled before start.
+      protocol::TerminalRecord t;
+      t.job_id = pj.job_id;
+      t.outcome.kind = protocol::Outcome::Kind::kCancelled;
+      t.ran = "none";
+      t.refusal_detail = "the runner restarted before the job started; submit it again";
+      std::string terminal;
+      if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
+        t.seq = log->last_seq() + 1;
+        terminal = protocol::encode_terminal(t);
+        (void)log->append(JobLog::Kind::kRecord, terminal);
+      } else {
+        terminal = protocol::encode_terminal(t);
+      }
+      log_warning("job {} was queued when the runner stopped; it is recorded as cancelled before start", pj.job_id);
+      jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
       restore_secret_digest(*jobs_[pj.job_id], pj.secret_sha256);
       continue;
     }
@@ -207,6 +268,7 @@ Status Runner::recover() {
     } else {
       terminal = protocol::encode_terminal(t);
     }
+    if (terminal.find("outcome_unknown") != std::string::npos) metrics_.job_finished("outcome_unknown");
     log_warning("job {} was running when the runner stopped; its processes were killed; outcome: {}", pj.job_id,
                 terminal.find("outcome_unknown") != std::string::npos ? "unknown" : "recorded before the stop");
     jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
@@ -352,6 +414,8 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
   if (m == "exec.status") return handle_status(session, r);
   if (m == "exec.list") return handle_list(session, r);
   if (m == "runner.status") return handle_runner_status(session, r);
+  if (m == "runner.drain") return handle_drain(session, r, true);
+  if (m == "runner.resume") return handle_drain(session, r, false);
   if (m == "runner.hello") {
     JsonWriter w;
     w.begin_object().field("runner", "motor-runner").field("version", kVersion).field("protocol", kProtocolVersion);
@@ -373,6 +437,7 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
 
 void Runner::refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                         std::optional<int64_t> retry_after_ms) {
+  metrics_.refused(reason);
   protocol::TerminalRecord t;
   auto id = new_job_id();
   t.job_id = id ? *id : "";
@@ -394,12 +459,34 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   auto params = protocol::parse_run_params(parser_, r.params_json, static_cast<size_t>(config_.max_argument_bytes));
   if (!params) return session.send(protocol::encode_error(r.id, params.error().code, params.error().message));
   const auto& p = *params;
-  if (shutting_down_ || draining_) {
-    return refuse_job(session, r.id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
-  }
   if (p.direct && !config_.direct_jobs) {
     return session.send(protocol::encode_error(r.id, "bad_request",
                                                "direct jobs are not enabled on this runner (direct_jobs = false)"));
+  }
+  auto rel = workspace::relative_cwd(p.repository_root, p.cwd);
+  if (!rel) return session.send(protocol::encode_error(r.id, rel.error().code, rel.error().message));
+  const int64_t timeout_s = p.timeout_s.value_or(config_.default_timeout_s);
+  if (timeout_s > config_.max_timeout_s) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("timeout {} s is over this runner's maximum of {} s", timeout_s, config_.max_timeout_s)));
+  }
+  const int64_t memory = p.memory_bytes.value_or(config_.default_memory_bytes);
+  if (memory > config_.max_memory_bytes || memory > memory_budget_) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory,
+                                         std::min(config_.max_memory_bytes, memory_budget_))));
+  }
+  const int64_t cpus = p.cpus.value_or(config_.default_cpus);
+  if (cpus > static_cast<int64_t>(cpu_claims_.cpu_count())) {
+    return session.send(protocol::encode_error(
+        r.id, "bad_request", fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count())));
+  }
+  PriorityClass priority = PriorityClass::kBatch;
+  if (p.priority == "interactive") priority = PriorityClass::kInteractive;
+  else if (p.priority != "batch") return session.send(protocol::encode_error(r.id, "bad_request", "field \"params.priority\" must be \"interactive\" or \"batch\""));
+
+  if (shutting_down_ || draining_) {
+    return refuse_job(session, r.id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
   }
   if (p.platform != "linux") {
     return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
@@ -410,65 +497,177 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
   }
-  auto rel = workspace::relative_cwd(p.repository_root, p.cwd);
-  if (!rel) return session.send(protocol::encode_error(r.id, rel.error().code, rel.error().message));
-  const int64_t timeout_s = p.timeout_s.value_or(config_.default_timeout_s);
-  if (timeout_s > config_.max_timeout_s) {
-    return session.send(protocol::encode_error(
-        r.id, "bad_request", fmt::format("timeout {} s is over this runner's maximum of {} s", timeout_s, config_.max_timeout_s)));
+  if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
+    return refuse_job(session, r.id, "runner_disk_full",
+                      fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
+                                  config_.disk_free_floor_bytes >> 20),
+                      kRetryWhenDiskFullMs);
   }
-  const int64_t memory = p.memory_bytes.value_or(config_.default_memory_bytes);
-  if (memory > config_.max_memory_bytes) {
-    return session.send(protocol::encode_error(
-        r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory, config_.max_memory_bytes)));
-  }
-  const int64_t cpus = p.cpus.value_or(config_.default_cpus);
-  if (cpus > static_cast<int64_t>(cpu_claims_.cpu_count())) {
-    return session.send(protocol::encode_error(
-        r.id, "bad_request", fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count())));
-  }
-  if (running_jobs() + start_queue_.size() >= static_cast<size_t>(config_.max_running_jobs)) {
+  if (queue_.full()) {
     return refuse_job(session, r.id, "runner_full",
-                      fmt::format("{} jobs are running, the most this runner allows", running_jobs()), kRetryWhenFullMs);
+                      fmt::format("{} jobs are queued, the most this runner holds", queue_.size()), kRetryWhenFullMs);
   }
-  // Starting a job costs milliseconds of system calls (cgroups, namespaces, clone): one job
-  // starts per loop iteration, so twenty arriving at once do not stall everyone else twenty times.
-  start_queue_.push_back(PendingStart{&session, r.id, std::move(*params), std::move(*rel), timeout_s, memory});
+
+  auto id = new_job_id();
+  if (!id) return session.send(protocol::encode_error(r.id, "internal", id.error().message));
+  auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
+  if (auto s = job->enqueue(summarize(p)); !s) {
+    return refuse_job(session, r.id, "workspace_setup_failed", s.error().message);
+  }
+  // A direct job's secret: 256 bits from the OS, sent once in `accepted` on this connection;
+  // only its digest is kept (state.json), the plaintext is wiped once it is on its way.
+  std::string secret;
+  if (p.direct) {
+    uint8_t raw[32];
+    if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) {
+      return session.send(protocol::encode_error(r.id, "internal", "getrandom failed"));
+    }
+    Sha256Digest bytes;
+    std::copy(std::begin(raw), std::end(raw), bytes.begin());
+    secret = to_hex(bytes);
+    explicit_bzero(raw, sizeof raw);
+    explicit_bzero(bytes.data(), bytes.size());
+    job->set_secret_digest(sha256(secret));
+  }
+  jobs_[*id] = std::move(job);
+
+  QueueEntry entry;
+  entry.job_id = *id;
+  entry.priority = priority;
+  entry.cpus = cpus;
+  entry.memory_bytes = memory;
+  entry.enqueued_ms = uv_now(loop_);
+  const int64_t wait_limit_s = std::min(p.queue_wait_limit_s.value_or(config_.queue_wait_limit_s), config_.queue_wait_limit_s);
+  entry.deadline_ms = entry.enqueued_ms + static_cast<uint64_t>(wait_limit_s) * 1000;
+  const size_t position = queue_.push(entry);
+
+  protocol::AcceptedRecord a;
+  a.job_id = *id;
+  a.queue_position = static_cast<int64_t>(position - 1);  // 0: next to start
+  a.env_not_forwarded = filter_env(p.env, config_.env_allow).not_forwarded;
+  a.platform = p.platform;
+  a.network = p.network;
+  if (p.direct) a.secret = std::move(secret);
+  std::string accepted = protocol::encode_accepted(a);
+  if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
+  explicit_bzero(secret.data(), secret.size());
+  pending_[*id] = PendingStart{std::move(*params), std::move(*rel), timeout_s, memory, cpus};  // `p` is gone now
+  // `accepted` promises the job is on record: it goes out once state.json says so.
+  Session* s = &session;
+  request_save([this, s, request_id = r.id, accepted = std::move(accepted), job_id = *id]() mutable {
+    if (sessions_.count(s)) {
+      s->send(protocol::with_request_id(request_id, accepted), Session::kSensitive);
+      if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
+    }  // else the client left; the job runs on, attachable later
+    explicit_bzero(accepted.data(), accepted.size());
+  });
+  schedule_admission();
+  update_status();
+}
+
+int64_t Runner::free_disk_bytes() const {
+  struct statvfs fs {};
+  const std::string root = config_.effective_workspace_root();
+  // The workspace root may not exist yet: its filesystem is then that of its parent.
+  std::string path = root;
+  while (statvfs(path.c_str(), &fs) != 0) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos || slash == 0) return -1;
+    path.resize(slash);
+  }
+  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+}
+
+int64_t Runner::memory_reserved() const {
+  int64_t sum = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->state() == Job::State::kRunning) sum += job->memory_bytes();
+  }
+  return sum;
+}
+
+bool Runner::fits(const QueueEntry& e) const {
+  return running_jobs() < static_cast<size_t>(config_.max_running_jobs) &&
+         memory_reserved() + e.memory_bytes <= memory_budget_ &&
+         cpu_claims_.can_claim(e.cpus, config_.cpu_oversubscription);
+}
+
+// Starting a job costs milliseconds of system calls (cgroups, namespaces, clone): at most one job
+// starts per loop iteration, so twenty arriving at once do not stall everyone else twenty times.
+void Runner::schedule_admission() {
   if (!starter_.live()) {
     uv_idle_init(loop_, starter_.get());
     starter_.initialized(this);
+    uv_timer_init(loop_, queue_timer_.get());
+    queue_timer_.initialized(this);
+  }
+  if (queue_.empty()) {
+    uv_idle_stop(starter_.get());
+    uv_timer_stop(queue_timer_.get());
+    return;
   }
   uv_idle_start(starter_.get(), [](uv_idle_t* h) {
     if (auto* self = reactor::owner_of<Runner>(h)) self->start_next();
   });
+  // Queue-wait limits are checked a few times a second while anything waits.
+  if (!uv_is_active(queue_timer_.handle())) {
+    uv_timer_start(queue_timer_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<Runner>(h)) self->expire_queue();
+    }, 250, 250);
+  }
+}
+
+void Runner::expire_queue() {
+  for (const auto& e : queue_.expire(uv_now(loop_))) {
+    pending_.erase(e.job_id);
+    auto it = jobs_.find(e.job_id);
+    if (it == jobs_.end()) continue;
+    protocol::Outcome o;
+    o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+    o.reason = "queue_wait_exceeded";
+    metrics_.refused("queue_wait_exceeded");
+    it->second->finish_unstarted(o, "the job waited in the queue for its whole queue-wait limit");
+  }
+  if (queue_.empty()) uv_timer_stop(queue_timer_.get());
 }
 
 void Runner::start_next() {
-  if (start_queue_.empty()) {
+  const QueueEntry* head = queue_.head();
+  if (!head || shutting_down_) {
     uv_idle_stop(starter_.get());
     return;
   }
-  PendingStart pending = std::move(start_queue_.front());
-  start_queue_.pop_front();
-  if (start_queue_.empty()) uv_idle_stop(starter_.get());
-  if (!sessions_.count(pending.session)) return;  // the client left before its job had an id
-  Session& session = *pending.session;
-  const int64_t request_id = pending.request_id;
-  const protocol::RunParams& p = pending.params;
-  const std::string* rel = &pending.rel_cwd;
-  if (shutting_down_ || draining_) {
-    return refuse_job(session, request_id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
+  // FIFO: the head waits for room, and nothing behind it jumps ahead.
+  if (!fits(*head)) {
+    uv_idle_stop(starter_.get());  // admission runs again when a job finishes
+    return;
   }
+  const QueueEntry entry = queue_.pop_head();
+  if (queue_.empty()) uv_idle_stop(starter_.get());
+  auto pending_it = pending_.find(entry.job_id);
+  auto job_it = jobs_.find(entry.job_id);
+  if (pending_it == pending_.end() || job_it == jobs_.end()) return;
+  PendingStart pending = std::move(pending_it->second);
+  pending_.erase(pending_it);
+  Job& job = *job_it->second;
+  const protocol::RunParams& p = pending.params;
+  const std::string& rel = pending.rel_cwd;
+  auto refuse = [&](const std::string& reason, const std::string& detail) {
+    protocol::Outcome o;
+    o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+    o.reason = reason;
+    metrics_.refused(reason);
+    job.finish_unstarted(o, detail.substr(0, 1024));
+  };
   reactor::SlowCall timed("starting a job");
-  auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), session.caller(), p.workspace_key,
+  auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), job.caller(), p.workspace_key,
                                             job_account_.uid, job_account_.gid);
-  if (!ws) return refuse_job(session, request_id, "workspace_setup_failed", ws.error().message);
-  const std::string cwd = rel->empty() ? *ws : *ws + "/" + *rel;
+  if (!ws) return refuse("workspace_setup_failed", ws.error().message);
+  const std::string cwd = rel.empty() ? *ws : *ws + "/" + rel;
   struct stat st {};
   if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-    return refuse_job(session, request_id, "workspace_setup_failed", "the working directory \"" + *rel + "\" does not exist in the workspace");
+    return refuse("workspace_setup_failed", "the working directory \"" + rel + "\" does not exist in the workspace");
   }
-
   const auto env = filter_env(p.env, config_.env_allow);
   // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
   // motor-init as PID 1 running the command. Planned here, in the runner; the child only
@@ -482,69 +681,27 @@ void Runner::start_next() {
   box.group_name = job_group_name_;
   box.init_path = init_path_;
   auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return refuse_job(session, request_id, "workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
+  if (!plan) return refuse("workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
 
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
   launch.env = job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
-  launch.cwd = rel->empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + *rel;
-  launch.summary = summarize(p);
+  launch.cwd = rel.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + rel;
+  launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
   launch.memory_bytes = pending.memory_bytes;
   launch.pids_max = config_.pids_max;
-  launch.cpus = cpu_claims_.claim(p.cpus.value_or(config_.default_cpus));
+  launch.cpus = cpu_claims_.claim(pending.cpus);
   launch.network = p.network;
   launch.platform = p.platform;
-
-  auto id = new_job_id();
-  if (!id) return session.send(protocol::encode_error(request_id, "internal", id.error().message));
-  auto job = std::make_unique<Job>(*this, *id, session.caller(), p.workspace_key);
-  Job* jp = job.get();
-  // A direct job's secret: 256 bits from the OS, sent once in `accepted` on this connection;
-  // only its digest is kept (state.json), the plaintext is wiped once it is on its way.
-  std::string secret;
-  if (p.direct) {
-    uint8_t raw[32];
-    if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) {
-      return session.send(protocol::encode_error(request_id, "internal", "getrandom failed"));
-    }
-    Sha256Digest bytes;
-    std::copy(std::begin(raw), std::end(raw), bytes.begin());
-    secret = to_hex(bytes);
-    explicit_bzero(raw, sizeof raw);
-    explicit_bzero(bytes.data(), bytes.size());
-    job->set_secret_digest(sha256(secret));
-  }
-  jobs_[*id] = std::move(job);
-  if (auto s = jp->start(launch, *cgroups_, &hooks); !s) {
-    log_error("job {}: could not start: {}", *id, s.error().message);
+  if (auto s = job.start(launch, *cgroups_, &hooks); !s) {
+    log_error("job {}: could not start: {}", job.id(), s.error().message);
     cpu_claims_.release(launch.cpus);
-    jobs_.erase(*id);
-    remove_job_dir(job_dir(*id));
-    request_save();
-    return refuse_job(session, request_id, "workspace_setup_failed", s.error().message);
+    return refuse("workspace_setup_failed", s.error().message);
   }
-  protocol::AcceptedRecord a;
-  a.job_id = *id;
-  a.queue_position = 0;
-  a.env_not_forwarded = env.not_forwarded;
-  a.platform = p.platform;
-  a.network = p.network;
-  if (p.direct) a.secret = std::move(secret);
-  std::string accepted = protocol::encode_accepted(a);
-  if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
-  explicit_bzero(secret.data(), secret.size());
-  // `accepted` promises the job is on record: it goes out once state.json says so.
-  Session* s = &session;
-  request_save([this, s, request_id, accepted = std::move(accepted), job_id = *id]() mutable {
-    if (sessions_.count(s)) {
-      s->send(protocol::with_request_id(request_id, accepted), Session::kSensitive);
-      if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
-    }  // else the client left; the job runs on, attachable later
-    explicit_bzero(accepted.data(), accepted.size());
-  });
+  metrics_.observe_queue_wait(static_cast<double>(job.queue_wait_ms()) / 1000.0);
   update_status();
 }
 
@@ -570,7 +727,15 @@ void Runner::handle_cancel(Session& session, const protocol::Request& r) {
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   Job* job = visible_job(session, *ref);
   if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
-  job->cancel();
+  if (job->state() == Job::State::kQueued) {
+    queue_.remove(job->id());
+    pending_.erase(job->id());
+    protocol::Outcome o;
+    o.kind = protocol::Outcome::Kind::kCancelled;
+    job->finish_unstarted(o, std::nullopt);
+  } else {
+    job->cancel();
+  }
   session.send(protocol::encode_result(r.id, fmt::format("{{\"job_id\":\"{}\"}}", job->id())));
 }
 
@@ -590,14 +755,15 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
     Job* job = visible_job(session, *ref);
     if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
     w.begin_object().field("job_id", job->id()).field("workspace_key", job->workspace_key());
-    w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
+    w.field("state", state_name(*job));
+    if (auto pos = queue_.position(job->id())) w.field("queue_position", static_cast<uint64_t>(*pos - 1));
     w.field("summary", job->summary()).field("created_at_ms", job->created_at_ms());
     if (job->terminal_json().empty()) w.field_null("terminal");
     else w.field_raw("terminal", job->terminal_json());
     w.end_object();
     return session.send(protocol::encode_result(r.id, w.str()));
   }
-  w.begin_object().field("queue_depth", 0);
+  w.begin_object().field("queue_depth", static_cast<uint64_t>(queue_.size()));
   w.key("running_jobs").begin_array();
   for (const auto& [id, job] : jobs_) {
     if (job->state() != Job::State::kRunning) continue;
@@ -625,7 +791,7 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
   for (const Job* job : visible) {
     const std::string& id = job->id();
     w.begin_object().field("job_id", id).field("caller", job->caller()).field("workspace_key", job->workspace_key());
-    w.field("state", job->state() == Job::State::kRunning ? "running" : "finished");
+    w.field("state", state_name(*job));
     w.field("summary", job->summary()).field("created_at_ms", job->created_at_ms());
     simdjson::dom::element outcome;
     if (!job->terminal_json().empty() &&
@@ -641,21 +807,41 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_runner_status(Session& session, const protocol::Request& r) {
-  bool reset_stall = false;
+  bool reset_stall = false, with_metrics = false;
   simdjson::dom::element params;
   if (!parser_.parse(r.params_json.data(), r.params_json.size()).get(params)) {
     if (params["reset_stall"].get_bool().get(reset_stall)) reset_stall = false;
+    if (params["metrics"].get_bool().get(with_metrics)) with_metrics = false;
   }
+  update_status();
   JsonWriter w;
   w.begin_object().field("version", kVersion).field("protocol", kProtocolVersion);
   w.field("uptime_s", static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000000));
   w.field("cgroup_layout", cgroups_->layout()).field("job_account", job_account_.name);
   w.field("draining", draining_).field("shutting_down", shutting_down_);
-  w.field("running_jobs", static_cast<uint64_t>(running_jobs())).field("queue_depth", 0);
-  w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
-  w.field("loop_worst_stall_us", stall_.worst_us());
+  w.field("queue_depth", static_cast<uint64_t>(queue_.size()));
+  w.key("running_jobs").begin_array();
+  double claimed = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->state() != Job::State::kRunning) continue;
+    claimed += static_cast<double>(job->cpus().cpus.size());
+    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
+    w.field("cpus", job->cpus().list()).field("cpus_shared", job->cpus().overlapping);
+    w.field("memory_bytes", job->memory_bytes()).end_object();
+  }
+  w.end_array();
+  w.field("cpus_total", static_cast<uint64_t>(cpu_claims_.cpu_count())).field("cpus_claimed", claimed);
   w.field("cores", static_cast<uint64_t>(cpu_claims_.core_count()))
       .field("claimed_cores", static_cast<uint64_t>(cpu_claims_.claimed_cores()));
+  w.field("memory_budget_bytes", memory_budget_).field("memory_claimed_bytes", memory_reserved());
+  w.field("memory_free_bytes", memory_budget_ - memory_reserved());
+  w.field("disk_free_bytes", free_disk_bytes()).field("disk_free_floor_bytes", config_.disk_free_floor_bytes);
+  w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
+  w.field("loop_worst_stall_us", stall_.worst_us());
+  if (with_metrics) {
+    metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);
+    w.field("metrics", metrics_.exposition());
+  }
   w.end_object();
   if (reset_stall) stall_.reset();
   session.send(protocol::encode_result(r.id, w.str()));
@@ -670,7 +856,9 @@ void Runner::save_state() {
     pj.caller = job->caller();
     pj.workspace_key = job->workspace_key();
     pj.summary = job->summary();
-    pj.state = job->state() == Job::State::kRunning ? "running" : "finished";
+    pj.state = job->state() == Job::State::kRunning  ? "running"
+               : job->state() == Job::State::kQueued ? "queued"
+                                                      : "finished";
     pj.cgroup = job->state() == Job::State::kRunning ? job->cgroup_name() : "";
     pj.created_at_ms = job->created_at_ms();
     pj.started_at_ms = job->started_at_ms();
@@ -707,14 +895,23 @@ void Runner::request_save(std::function<void()> then) {
 
 void Runner::job_finished(Job& job) {
   cpu_claims_.release(job.cpus());
+  simdjson::dom::element root;
+  std::string_view outcome;
+  if (!parser_.parse(job.terminal_json().data(), job.terminal_json().size()).get(root) &&
+      !root.at_pointer("/outcome/type").get_string().get(outcome) && outcome != "refused_before_start") {
+    metrics_.job_finished(outcome);  // refusals were counted by refused()
+  }
   evict_finished();
   request_save();
+  schedule_admission();
   update_status();
+  answer_drain_waiters();
   if (shutting_down_) maybe_exit();
 }
 
 void Runner::evict_finished() {
-  size_t finished = jobs_.size() - running_jobs();
+  size_t finished = 0;
+  for (const auto& [id, job] : jobs_) finished += job->state() == Job::State::kFinished;
   for (auto it = jobs_.begin(); it != jobs_.end() && finished > static_cast<size_t>(config_.finished_jobs_kept);) {
     if (it->second->state() == Job::State::kFinished && !it->second->has_followers()) {
       remove_job_dir(job_dir(it->first));
@@ -727,7 +924,56 @@ void Runner::evict_finished() {
 }
 
 void Runner::update_status() {
-  notifier_.status(fmt::format("{} running, {} sessions{}", running_jobs(), sessions_.size(), draining_ ? ", draining" : ""));
+  notifier_.status(fmt::format("{} running, {} queued, {} sessions{}", running_jobs(), queue_.size(), sessions_.size(),
+                               draining_ ? ", draining" : ""));
+  metrics_.set_running(static_cast<int64_t>(running_jobs()));
+  metrics_.set_queued(static_cast<int64_t>(queue_.size()));
+  double claimed = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->state() == Job::State::kRunning) claimed += static_cast<double>(job->cpus().cpus.size());
+  }
+  metrics_.set_cpus_claimed(claimed);
+  metrics_.set_memory_claimed_bytes(memory_reserved());
+  metrics_.set_sessions(static_cast<int64_t>(sessions_.size()));
+  metrics_.set_draining(draining_);
+}
+
+void Runner::write_metrics() {
+  metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);
+  reactor::SlowCall timed("writing the metrics file");
+  if (auto s = write_textfile(config_.metrics_file, metrics_.exposition()); !s) {
+    log_warning("writing metrics to {}: {}", config_.metrics_file, s.error().message);
+  }
+}
+
+void Runner::handle_drain(Session& session, const protocol::Request& r, bool drain) {
+  bool wait = false;
+  simdjson::dom::element params;
+  if (!parser_.parse(r.params_json.data(), r.params_json.size()).get(params)) {
+    if (params["wait"].get_bool().get(wait)) wait = false;
+  }
+  if (draining_ != drain) {
+    draining_ = drain;
+    log_info("{} by {}", drain ? "draining: new jobs are refused until resumed" : "resumed: taking new jobs",
+             session.caller());
+    request_save();
+    update_status();
+    if (!drain) schedule_admission();
+  }
+  if (drain && wait && (running_jobs() > 0 || !queue_.empty())) {
+    drain_waiters_.emplace_back(&session, r.id);  // answered once idle
+    return;
+  }
+  session.send(protocol::encode_result(
+      r.id, fmt::format(R"({{"draining":{},"running_jobs":{},"queue_depth":{}}})", draining_, running_jobs(), queue_.size())));
+}
+
+void Runner::answer_drain_waiters() {
+  if (drain_waiters_.empty() || running_jobs() > 0 || !queue_.empty()) return;
+  for (auto [session, id] : std::exchange(drain_waiters_, {})) {
+    if (!sessions_.count(session)) continue;
+    session->send(protocol::encode_result(id, fmt::format(R"({{"draining":{},"running_jobs":0,"queue_depth":0}})", draining_)));
+  }
 }
 
 void Runner::begin_shutdown(int signum) {
@@ -737,6 +983,16 @@ void Runner::begin_shutdown(int signum) {
            config_.shutdown == ShutdownPolicy::kKill ? "kill" : "finish");
   notifier_.stopping();
   listener_.close();
+  // Queued jobs never start now: they end as cancelled before start.
+  while (!queue_.empty()) {
+    const QueueEntry e = queue_.pop_head();
+    pending_.erase(e.job_id);
+    if (auto it = jobs_.find(e.job_id); it != jobs_.end()) {
+      protocol::Outcome o;
+      o.kind = protocol::Outcome::Kind::kCancelled;
+      it->second->finish_unstarted(o, "the runner shut down before the job started");
+    }
+  }
   unlink(config_.socket_path.c_str());
   auto kill_all = [](Runner& self) {
     for (auto& [id, job] : self.jobs_) {

@@ -16,7 +16,9 @@
 #include "protocol/messages.hpp"
 #include "reactor/stall_meter.hpp"
 #include "reactor/uv_handle.hpp"
+#include "runner/admission.hpp"
 #include "runner/config.hpp"
+#include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/notify.hpp"
@@ -63,6 +65,15 @@ class Runner {
   void handle_list(Session& session, const protocol::Request& request);
   void handle_runner_status(Session& session, const protocol::Request& request);
   void start_next();
+  void schedule_admission();
+  void expire_queue();
+  bool fits(const QueueEntry& entry) const;
+  int64_t memory_reserved() const;
+  int64_t free_disk_bytes() const;
+  void handle_drain(Session& session, const protocol::Request& request, bool drain);
+  void answer_drain_waiters();
+  void write_metrics();
+  std::vector<std::pair<Session*, int64_t>> drain_waiters_;
   void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
@@ -89,16 +100,21 @@ class Runner {
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
+  // Jobs waiting for admission: the queue orders them, pending_ holds what starting needs.
   struct PendingStart {
-    Session* session;
-    int64_t request_id;
     protocol::RunParams params;
     std::string rel_cwd;
     int64_t timeout_s;
     int64_t memory_bytes;
+    int64_t cpus;
   };
-  std::deque<PendingStart> start_queue_;
+  AdmissionQueue queue_;
+  std::map<std::string, PendingStart> pending_;
   reactor::UvHandle<uv_idle_t> starter_;
+  reactor::UvHandle<uv_timer_t> queue_timer_;
+  int64_t memory_budget_ = 0;  // host memory minus the reserve
+  Metrics metrics_;
+  reactor::UvHandle<uv_timer_t> metrics_timer_;
   std::vector<std::function<void()>> after_save_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
