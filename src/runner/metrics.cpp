@@ -1,5 +1,7 @@
 #include "runner/metrics.hpp"
 
+#include "runner/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -323,45 +325,8 @@ std::string Metrics::exposition() const {
 }
 
 Status write_textfile(const std::string& path, std::string_view text) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (base.empty()) return make_error("io", "metrics file \"" + path + "\" names a directory");
-  std::string tmp = dir + "/." + base + ".XXXXXX";
-  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return sys_error("creating a temp file beside " + path);
-  auto fail = [&](const std::string& what, int err) -> Status {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return sys_error(what, err);
-  };
-  // mkostemp makes 0600; the collector (another account) must read it, whatever our umask.
-  if (fchmod(fd, 0644) < 0) return fail("chmod " + tmp, errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("writing " + tmp, n < 0 ? errno : ENOSPC);
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) < 0) return fail("fsync " + tmp, errno);
-  if (::close(fd) < 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return sys_error("closing " + tmp, err);
-  }
-  if (rename(tmp.c_str(), path.c_str()) < 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return sys_error("renaming " + tmp + " to " + path, err);
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return sys_error("opening " + dir);
-  const int r = fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (r < 0) return sys_error("fsync " + dir, err);
-  return {};
+  // The collector runs as another account and must read it, whatever our umask.
+  return write_file_atomically(path, text, 0644);
 }
 
 }  // namespace motor::runner

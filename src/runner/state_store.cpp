@@ -8,6 +8,7 @@
 
 #include "motor/sys_error.hpp"
 #include "protocol/json_writer.hpp"
+#include "runner/atomic_file.hpp"
 
 namespace motor::runner {
 
@@ -72,42 +73,7 @@ Expected<PersistedState> decode_state(std::string_view json) {
 }
 
 Status save_state(const std::string& state_dir, const PersistedState& state) {
-  const std::string path = state_dir + "/state.json";
-  const std::string tmp = state_dir + "/.state.json.tmp";
-  const std::string text = encode_state(state);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return sys_error("creating " + tmp);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      unlink(tmp.c_str());
-      return sys_error("writing " + tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) < 0) {
-    const int err = errno;
-    ::close(fd);
-    unlink(tmp.c_str());
-    return sys_error("fsync " + tmp, err);
-  }
-  ::close(fd);
-  if (rename(tmp.c_str(), path.c_str()) < 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return sys_error("renaming " + tmp + " to " + path, err);
-  }
-  int dfd = ::open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return sys_error("opening " + state_dir);
-  const int r = fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (r < 0) return sys_error("fsync " + state_dir, err);
-  return {};
+  return write_file_atomically(state_dir + "/state.json", encode_state(state), 0600);
 }
 
 Expected<PersistedState> load_state(const std::string& state_dir) {

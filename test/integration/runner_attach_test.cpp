@@ -47,12 +47,8 @@ Stream read_stream(RawClient& c, std::chrono::milliseconds timeout = 30000ms) {
 }
 
 std::string run_frame(int id, const std::string& command, bool direct) {
-  std::string escaped;
-  for (char ch : command) {
-    if (ch == '"' || ch == '\\') escaped.push_back('\\');
-    escaped.push_back(ch);
-  }
-  return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"{}","direct":{}}}}})", id, escaped, direct);
+  return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":{},"direct":{}}}}})", id, json_quote(command),
+                     direct);
 }
 
 std::string attach_frame(int id, const std::string& job, int64_t from, const std::string& secret = "") {

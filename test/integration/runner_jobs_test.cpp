@@ -129,15 +129,8 @@ TEST_F(RunnerJobs, CancelKillsTheWholeTree) {
   RawClient c(runner_->socket());
   ASSERT_TRUE(c.connected());
   const std::string command = process_tree_command();
-  ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{},"timeout":60}}}})",
-                                       fmt::format("\"{}\"", [&] {
-                                         std::string e;
-                                         for (char ch : command) {
-                                           if (ch == '"' || ch == '\\') e.push_back('\\');
-                                           e.push_back(ch);
-                                         }
-                                         return e;
-                                       }()))));
+  ASSERT_TRUE(c.send_frame(
+      fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{},"timeout":60}}}})", json_quote(command))));
   auto accepted = c.read_frame();
   ASSERT_TRUE(accepted);
   ASSERT_EQ(json_field(*accepted, "/type"), "accepted") << *accepted;
@@ -189,12 +182,8 @@ TEST_F(RunnerJobs, AStalledClientNeitherBlocksTheJobNorGrowsTheRunner) {
 TEST_F(RunnerJobs, KillNineOfTheRunnerThenRestartAccountsForTheJob) {
   RawClient c(runner_->socket());
   const std::string command = process_tree_command();
-  std::string escaped;
-  for (char ch : command) {
-    if (ch == '"' || ch == '\\') escaped.push_back('\\');
-    escaped.push_back(ch);
-  }
-  ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":"{}","timeout":600}}}})", escaped)));
+  ASSERT_TRUE(c.send_frame(
+      fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{},"timeout":600}}}})", json_quote(command))));
   auto accepted = c.read_frame();
   ASSERT_TRUE(accepted);
   const std::string job_id = json_field(*accepted, "/job_id");
@@ -222,12 +211,7 @@ TEST_F(RunnerJobs, KillNineOfTheRunnerThenRestartAccountsForTheJob) {
 TEST_F(RunnerJobs, SigtermKillsRunningJobsAndExitsZero) {
   RawClient c(runner_->socket());
   const std::string command = process_tree_command();
-  std::string escaped;
-  for (char ch : command) {
-    if (ch == '"' || ch == '\\') escaped.push_back('\\');
-    escaped.push_back(ch);
-  }
-  ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":"{}"}}}})", escaped)));
+  ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{}}}}})", json_quote(command))));
   ASSERT_TRUE(c.read_frame());
   ASSERT_TRUE(wait_for_processes(49, 15s));
   EXPECT_EQ(runner_->stop(), 0) << runner_->log();

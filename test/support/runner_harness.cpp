@@ -21,6 +21,7 @@
 #include <simdjson.h>
 
 #include "protocol/frame.hpp"
+#include "protocol/json_writer.hpp"
 
 namespace motor::test {
 
@@ -315,6 +316,12 @@ bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
     if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
     if (n < 0) return false;
   }
+}
+
+std::string json_quote(const std::string& text) {
+  std::string out;
+  protocol::append_json_string(out, text);
+  return out;
 }
 
 std::string json_field(const std::string& json, const std::string& path) {

@@ -94,6 +94,9 @@ class RawClient {
   std::string buffer_;
 };
 
+// `text` as a JSON string literal, quotes included.
+std::string json_quote(const std::string& text);
+
 // The value of a top-level string or integer field in a JSON object (simple lookup for tests).
 std::string json_field(const std::string& json, const std::string& path);
 
