@@ -170,6 +170,10 @@ Status Runner::start() {
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = recover(); !s) return s;
+  // Forked before the socket exists and before any job: the helper holds nothing of either.
+  if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
+    log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
+  }
   if (auto s = listen(); !s) return s;
   if (!config_.metrics_file.empty()) {
     uv_timer_init(loop_, metrics_timer_.get());
@@ -847,7 +851,7 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   session.send(protocol::encode_result(r.id, w.str()));
 }
 
-void Runner::save_state() {
+PersistedState Runner::state_snapshot() const {
   PersistedState st;
   st.draining = draining_;
   for (const auto& [id, job] : jobs_) {
@@ -866,8 +870,12 @@ void Runner::save_state() {
     if (job->secret_digest()) pj.secret_sha256 = to_hex(*job->secret_digest());
     st.jobs.push_back(std::move(pj));
   }
+  return st;
+}
+
+void Runner::save_state() {
   reactor::SlowCall timed("saving state.json");
-  if (auto s = runner::save_state(config_.state_dir, st); !s) log_error("saving state: {}", s.error().message);
+  if (auto s = runner::save_state(config_.state_dir, state_snapshot()); !s) log_error("saving state: {}", s.error().message);
 }
 
 void Runner::request_save(std::function<void()> then) {
@@ -886,9 +894,15 @@ void Runner::request_save(std::function<void()> then) {
     if (!self) return;
     uv_check_stop(h);
     self->save_pending_ = false;
-    self->save_state();
     auto callbacks = std::move(self->after_save_);
     self->after_save_.clear();
+    if (self->state_writer_.running()) {
+      // Encoding stays on the loop (microseconds); the write and its fsyncs do not.
+      reactor::SlowCall timed("encoding state.json");
+      self->state_writer_.write(encode_state(self->state_snapshot()), std::move(callbacks));
+      return;
+    }
+    self->save_state();
     for (auto& cb : callbacks) cb();
   });
 }
@@ -1018,6 +1032,7 @@ void Runner::begin_shutdown(int signum) {
 
 void Runner::maybe_exit() {
   if (running_jobs() > 0) return;
+  state_writer_.stop();  // its last write lands first; then the final state, here
   save_state();
   // Let clients receive their terminal records, then stop.
   for (Session* s : std::vector<Session*>(sessions_.begin(), sessions_.end())) s->close_after_flush();

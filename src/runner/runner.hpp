@@ -22,6 +22,8 @@
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/notify.hpp"
+#include "runner/state_store.hpp"
+#include "runner/state_writer.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 
@@ -84,6 +86,7 @@ class Runner {
   void update_status();
   size_t running_jobs() const;
   void save_state();
+  PersistedState state_snapshot() const;
 
   uv_loop_t* loop_;
   Config config_;
@@ -116,6 +119,7 @@ class Runner {
   Metrics metrics_;
   reactor::UvHandle<uv_timer_t> metrics_timer_;
   std::vector<std::function<void()>> after_save_;
+  StateWriter state_writer_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
   bool draining_ = false;

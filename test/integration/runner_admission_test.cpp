@@ -143,9 +143,13 @@ TEST_F(RunnerAdmission, AFullQueueRefusesWithRunnerFull) {
   start("max_running_jobs = 1\nmax_queued_jobs = 1\ncpu_oversubscription = 8\n");
   RawClient a(runner_->socket()), b(runner_->socket()), c(runner_->socket());
   ASSERT_TRUE(a.send_frame(run_frame(1, "sleep 1")));
-  ASSERT_TRUE(b.send_frame(run_frame(1, "true")));
-  std::this_thread::sleep_for(300ms);
-  ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
+  for (std::optional<std::string> f; (f = a.read_frame()) && json_field(*f, "/type") != "started";) {
+  }
+  ASSERT_TRUE(b.send_frame(run_frame(1, "true")));  // waits: the one job slot is taken
+  auto accepted = b.read_frame();
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(json_field(*accepted, "/queue_position"), "0");
+  ASSERT_TRUE(c.send_frame(run_frame(1, "true")));  // the queue (of one) is full
   auto sc = until_terminal(c);
   EXPECT_EQ(field_of(sc, "terminal", "/outcome/reason"), "runner_full");
   EXPECT_NE(field_of(sc, "terminal", "/retry_after_ms"), "null");
