@@ -1,27 +1,47 @@
-// The capacity report (docs/capacity.md): a real runner driven by N concurrent clients, each
-// submitting one job after another from a standard mix, for a fixed time per level, at rising N.
-// Every figure is also given as a ratio against the single-client level of the same run
-// (bench/README.md: no bare absolute-time claims), and the verdict is derived from the ratios.
+// The capacity report (issue 6, docs/capacity.md). One run drives, at rising concurrency N:
 //
-//   motor_bench_capacity [seconds-per-level] [levels] [max_running_jobs] [--json FILE]
-//     seconds-per-level  default 20
-//     levels             comma-separated client counts, default 1,2,4,8,16 (the first is the baseline)
-//     max_running_jobs   the runner's admission limit, default the runner's own default
+//   motor   a real motor-runner (the test harness's RunnerProcess), N client threads each
+//           submitting one `exec.run` after another on a fresh connection, as `motor run` would;
+//   bwrap   the same commands under `bwrap --unshare-all ... sh -c CMD`, N at a time, launched
+//           by this program; the memory-capped kind runs in a memory cgroup this program makes;
+//   podman  the same commands under `podman run --runtime runc ... --rootfs DIR sh -c CMD`
+//           (DIR: an empty skeleton with the host's /usr bound read-only; no image, no registry),
+//           where podman starts; otherwise the report says "podman: skipped: <reason>".
+//
+// Each level runs motor, bwrap and podman back to back, so load elsewhere on the host hits all
+// three alike. Every figure is reported with its ratio to the single-client level of the same
+// system and to the peers at the same level; the rule of thumb is derived from the ratios.
+//
+//   motor_bench_capacity [seconds-per-level (8)] [--levels 1,2,4,8,16] [--out DIR]
+//                        [--runner-config TEXT] [--peers bwrap,podman | --peers none]
+//
+// Writes DIR/capacity.json (every figure), DIR/capacity.dat + DIR/capacity.gp and, when gnuplot
+// is installed (bench/setup), DIR/capacity.svg. Run as root.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -29,119 +49,123 @@
 
 #include "support/runner_harness.hpp"
 
+extern char** environ;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using motor::test::json_field;
 using motor::test::RawClient;
+using motor::test::read_file;
 using motor::test::RunnerProcess;
 
-// The standard job mix. Each client walks the list from its own offset, so at any moment the
-// running jobs are a blend of all kinds.
+// ---------------------------------------------------------------------------------------------
+// The standard job mix. Every command first prints one line, so that "the command has begun"
+// is seen the same way through all three systems (the first output byte); motor also reports
+// its own `started` record, which is the start latency issue 6 asks for.
 struct JobKind {
   const char* name;
-  const char* what;
+  const char* command;
+  const char* memory;  // a cap, or nullptr for the runner's default
+  const char* stands_for;
 };
 constexpr JobKind kKinds[] = {
-    {"short", "echo ok"},
-    {"cpu", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"},
-    {"io", "head -c 8388608 /dev/zero > io.{tag}; sync io.{tag}; wc -c < io.{tag}; rm -f io.{tag}"},
-    {"output", "seq 1 50000"},
-    {"memcap", "x=$(head -c 4000000 /dev/zero | tr '\\000' a); echo ${{#x}}"},
+    {"short", "echo go; echo ok", nullptr, "a quick check (git status, ls)"},
+    {"cpu", "echo go; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo $i", nullptr,
+     "a compile step: one core busy for a while"},
+    {"output", "echo go; seq 1 100000", nullptr, "a chatty test run (about 590 KB of output)"},
+    {"memcap", "echo go; x=$(head -c 16000000 /dev/zero | tr '\\000' a); echo ${#x}", "256M",
+     "a job with its own memory cap (16 MB held under a 256 MiB cap)"},
 };
 constexpr size_t kKindCount = std::size(kKinds);
+constexpr int64_t kMemcapBytes = 256LL << 20;
 
-std::string job_request(size_t kind, int id, const std::string& tag) {
-  const std::string cmd = fmt::format(fmt::runtime(kKinds[kind].what), fmt::arg("tag", tag));
-  std::string escaped;
-  for (char c : cmd) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        } else {
+          out += c;
+        }
+    }
   }
-  const std::string memory = std::string(kKinds[kind].name) == "memcap" ? R"(,"memory":"64M")" : "";
-  return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"{}","timeout":600{}}}}})", id, escaped,
-                     memory);
+  return out;
 }
 
 double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+  // Nearest rank.
+  const double rank = std::ceil(p * static_cast<double>(v.size()));
+  const size_t i = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
+  return v[std::min(i, v.size() - 1)];
 }
 
-struct JobResult {
-  size_t kind = 0;
-  bool completed = false;    // a terminal record that is not a refusal
-  bool in_window = false;    // the terminal arrived before the level's deadline
-  std::string refusal;       // the reason, for a refusal (terminal or error record)
-  std::string outcome;
-  double start_ms = -1;      // request sent -> `started` record
-  double wall_ms = -1;       // request sent -> terminal record
-  double queue_wait_ms = -1; // as the runner reported it
-};
-
-// One job through a fresh connection (as one `motor run` would): its timings and outcome.
-JobResult run_job(const std::string& socket, size_t kind, int id, const std::string& tag, Clock::time_point deadline,
-                  simdjson::dom::parser& parser) {
-  JobResult r;
-  r.kind = kind;
-  RawClient c(socket);
-  if (!c.connected()) {
-    r.refusal = "connect_failed";
-    return r;
-  }
-  const auto t0 = Clock::now();
-  if (!c.send_frame(job_request(kind, id, tag))) {
-    r.refusal = "send_failed";
-    return r;
-  }
-  auto ms_since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
-  for (;;) {
-    auto f = c.read_frame(std::chrono::milliseconds(600000));
-    if (!f) {
-      r.refusal = "connection_lost";
-      return r;
-    }
-    simdjson::dom::element root;
-    if (parser.parse(*f).get(root)) {
-      r.refusal = "invalid_record";
-      return r;
-    }
-    std::string_view type;
-    if (root["type"].get_string().get(type)) {
-      // A reply without a type: an error reply (e.g. runner_full for too many sessions).
-      std::string_view code;
-      if (!root.at_pointer("/error/code").get_string().get(code)) {
-        r.refusal = std::string(code);
-        return r;
-      }
-      continue;
-    }
-    if (type == "started") {
-      r.start_ms = ms_since();
-      int64_t wait = 0;
-      if (!root["queue_wait_ms"].get_int64().get(wait)) r.queue_wait_ms = static_cast<double>(wait);
-    } else if (type == "terminal") {
-      r.wall_ms = ms_since();
-      r.in_window = Clock::now() <= deadline;
-      std::string_view outcome;
-      if (root.at_pointer("/outcome/type").get_string().get(outcome)) outcome = "unknown";
-      r.outcome = std::string(outcome);
-      if (outcome == "refused_before_start") {
-        std::string_view reason;
-        if (root.at_pointer("/outcome/reason").get_string().get(reason)) reason = "unknown";
-        r.refusal = std::string(reason);
-      } else {
-        r.completed = true;
-      }
-      return r;
-    }
-  }
+std::string num(double v, int decimals = 2) {
+  return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : "null";
 }
+std::string ratio(double value, double base) {
+  return (std::isfinite(value) && std::isfinite(base) && base > 0) ? fmt::format("{:.2f}", value / base) : "-";
+}
+std::string ms(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", v) : "-"; }
 
-// The runner's own CPU time (user + system, not its jobs'), in seconds, and its resident memory.
+// ---------------------------------------------------------------------------------------------
+// Host facts.
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+std::string loadavg() {
+  std::istringstream in(read_file("/proc/loadavg"));
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+double load1() { return std::atof(read_file("/proc/loadavg").c_str()); }
+int64_t meminfo_kib(const char* key) {
+  std::istringstream in(read_file("/proc/meminfo"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0 && line.size() > std::strlen(key) && line[std::strlen(key)] == ':') {
+      return std::atoll(line.c_str() + std::strlen(key) + 1);
+    }
+  }
+  return -1;
+}
+std::string cpu_model() {
+  std::istringstream in(read_file("/proc/cpuinfo"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? "" : trim(line.substr(colon + 2));
+    }
+  }
+  return "unknown";
+}
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+}
+// Busy (non-idle, non-iowait) CPU time of the whole host, in core-seconds.
+double host_busy_seconds() {
+  std::istringstream in(read_file("/proc/stat"));
+  std::string cpu;
+  in >> cpu;
+  double v[10] = {};
+  for (double& x : v) in >> x;
+  const double busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // user nice system irq softirq steal
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+// One process's own CPU time (utime + stime, not its children's), in seconds.
 double process_cpu_seconds(pid_t pid) {
-  const std::string text = motor::test::read_file(fmt::format("/proc/{}/stat", pid));
+  const std::string text = read_file(fmt::format("/proc/{}/stat", pid));
   const size_t close_paren = text.rfind(')');
   if (close_paren == std::string::npos) return 0;
   std::istringstream fields(text.substr(close_paren + 2));
@@ -156,95 +180,418 @@ double process_cpu_seconds(pid_t pid) {
   }
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
-
 double process_rss_mib(pid_t pid) {
-  const std::string text = motor::test::read_file(fmt::format("/proc/{}/status", pid));
+  const std::string text = read_file(fmt::format("/proc/{}/status", pid));
   const size_t at = text.find("\nVmRSS:");
-  return at == std::string::npos ? 0 : std::atof(text.c_str() + at + 7) / 1024.0;
+  return at == std::string::npos ? std::nan("") : std::atof(text.c_str() + at + 7) / 1024.0;
 }
 
-std::string loadavg() {
-  std::string text = motor::test::read_file("/proc/loadavg");
-  size_t end = 0;
-  for (int fields = 0; fields < 3 && end != std::string::npos; ++fields) end = text.find(' ', end + (fields ? 1 : 0));
-  return text.substr(0, end);
+// ---------------------------------------------------------------------------------------------
+// One job's result, whichever system ran it.
+struct JobResult {
+  size_t kind = 0;
+  bool ok = false;            // exit code 0
+  bool in_window = false;     // finished before the level's deadline
+  std::string failure;        // refusal reason, nonzero exit, lost connection...
+  double start_ms = NAN;      // motor only: request sent -> `started` record
+  double first_ms = NAN;      // request / spawn -> the first output byte (all systems)
+  double wall_ms = NAN;       // request / spawn -> terminal record / exit
+  double queue_wait_ms = NAN; // motor only: `started.queue_wait_ms`
+};
+
+// What a system needs to run one job of the mix. `running` counts jobs between their start
+// (motor: `started`; peers: first output byte) and their end, for "per running job" figures.
+using RunOne = std::function<JobResult(size_t kind, Clock::time_point deadline, std::atomic<int>& running)>;
+
+// --- motor ---------------------------------------------------------------------------------
+std::string motor_request(size_t kind, int id) {
+  const JobKind& k = kKinds[kind];
+  std::string memory = k.memory ? fmt::format(R"(,"memory":"{}")", k.memory) : "";
+  return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"{}","timeout":600{}}}}})", id,
+                     json_escape(k.command), memory);
 }
+
+JobResult motor_job(const std::string& socket, size_t kind, int id, Clock::time_point deadline,
+                    std::atomic<int>& running) {
+  JobResult r;
+  r.kind = kind;
+  simdjson::dom::parser parser;
+  RawClient c(socket);
+  if (!c.connected()) {
+    r.failure = "connect_failed";
+    return r;
+  }
+  const auto t0 = Clock::now();
+  auto ms_since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  if (!c.send_frame(motor_request(kind, id))) {
+    r.failure = "send_failed";
+    return r;
+  }
+  bool counted = false;
+  auto uncount = [&] {
+    if (counted) --running;
+    counted = false;
+  };
+  for (;;) {
+    auto f = c.read_frame(std::chrono::milliseconds(600000));
+    if (!f) {
+      uncount();
+      r.failure = "connection_lost";
+      return r;
+    }
+    simdjson::dom::element root;
+    if (parser.parse(*f).get(root)) {
+      uncount();
+      r.failure = "invalid_record";
+      return r;
+    }
+    std::string_view type;
+    if (root["type"].get_string().get(type)) {
+      std::string_view code;
+      if (!root.at_pointer("/error/code").get_string().get(code)) {
+        uncount();
+        r.failure = std::string(code);
+        return r;
+      }
+      continue;  // a reply without a type and without an error: skip
+    }
+    if (type == "started") {
+      r.start_ms = ms_since();
+      int64_t wait = 0;
+      if (!root["queue_wait_ms"].get_int64().get(wait)) r.queue_wait_ms = static_cast<double>(wait);
+      ++running;
+      counted = true;
+    } else if (type == "output") {
+      if (std::isnan(r.first_ms)) r.first_ms = ms_since();
+    } else if (type == "terminal") {
+      r.wall_ms = ms_since();
+      r.in_window = Clock::now() <= deadline;
+      uncount();
+      std::string_view outcome;
+      if (root.at_pointer("/outcome/type").get_string().get(outcome)) outcome = "unknown";
+      int64_t code = -1;
+      if (outcome == "exit" && !root.at_pointer("/outcome/code").get_int64().get(code) && code == 0) {
+        r.ok = true;
+      } else if (outcome == "refused_before_start") {
+        std::string_view reason;
+        if (root.at_pointer("/outcome/reason").get_string().get(reason)) reason = "unknown";
+        r.failure = std::string(reason);
+      } else {
+        r.failure = outcome == "exit" ? fmt::format("exit_{}", code) : std::string(outcome);
+      }
+      return r;
+    }
+  }
+}
+
+// --- peers: a process whose stdout+stderr is one pipe -------------------------------------
+struct Spawn {
+  std::vector<std::string> argv;
+  int cgroup_procs_fd = -1;  // if set, the child moves itself into that cgroup before exec
+};
+
+JobResult spawn_job(const Spawn& s, size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
+  JobResult r;
+  r.kind = kind;
+  std::vector<char*> args;
+  for (const auto& a : s.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) {
+    r.failure = "pipe_failed";
+    return r;
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const auto t0 = Clock::now();
+  // fork in a threaded program: the child only makes async-signal-safe calls before exec.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (s.cgroup_procs_fd >= 0 && write(s.cgroup_procs_fd, "0", 1) != 1) _exit(126);
+    dup2(devnull, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execve(args[0], args.data(), environ);
+    _exit(127);
+  }
+  close(fds[1]);
+  if (devnull >= 0) close(devnull);
+  if (pid < 0) {
+    close(fds[0]);
+    r.failure = "fork_failed";
+    return r;
+  }
+  auto ms_since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  bool counted = false;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      if (!counted && std::isnan(r.first_ms)) {
+        r.first_ms = ms_since();
+        ++running;
+        counted = true;
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.wall_ms = ms_since();
+  r.in_window = Clock::now() <= deadline;
+  if (counted) --running;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    r.ok = true;
+  } else {
+    r.failure = WIFEXITED(status) ? fmt::format("exit_{}", WEXITSTATUS(status))
+                                  : fmt::format("signal_{}", WTERMSIG(status));
+  }
+  return r;
+}
+
+bool is_symlink(const char* path) {
+  struct stat st{};
+  return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+// The bwrap line issue 6 names, with the merged-/usr links as on this host.
+std::vector<std::string> bwrap_argv(const std::string& command) {
+  std::vector<std::string> a{"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                             "--cap-drop",     "ALL",           "--ro-bind",         "/usr",
+                             "/usr"};
+  for (const char* link : {"/bin", "/lib", "/lib64", "/sbin"}) {
+    if (!is_symlink(link)) continue;
+    char target[256];
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) a.insert(a.end(), {"--symlink", std::string(target, static_cast<size_t>(n)), link});
+  }
+  a.insert(a.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp", "/bin/sh", "-c", command});
+  return a;
+}
+
+// Memory cgroups for the bwrap peer's capped jobs: bwrap has no cap of its own, so the bench
+// does what a wrapper around it would (one cgroup per job, the cap, the job in it, removal).
+class PeerCgroups {
+ public:
+  PeerCgroups() {
+    const std::string name = fmt::format("motor-bench-capacity-{}", getpid());
+    if (access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) == 0) {
+      parent_ = "/sys/fs/cgroup/memory/" + name;
+      v1_ = true;
+    } else if (read_file("/sys/fs/cgroup/cgroup.controllers").find("memory") != std::string::npos) {
+      parent_ = "/sys/fs/cgroup/" + name;
+    } else {
+      why_not_ = "no memory controller (cgroup v1 memory or cgroup2 memory) on this host";
+      return;
+    }
+    if (mkdir(parent_.c_str(), 0755) < 0 && errno != EEXIST) {
+      why_not_ = fmt::format("mkdir {}: {}", parent_, std::strerror(errno));
+      parent_.clear();
+      return;
+    }
+    if (!v1_) motor::test::write_file(parent_ + "/cgroup.subtree_control", "+memory");
+  }
+  ~PeerCgroups() {
+    if (!parent_.empty()) rmdir(parent_.c_str());
+  }
+  bool usable() const { return !parent_.empty(); }
+  const std::string& why_not() const { return why_not_; }
+  std::string layout() const { return usable() ? (v1_ ? "cgroup v1 memory" : "cgroup2 memory") : "none"; }
+
+  // A fresh capped cgroup: its path and an open fd on its procs file (or "" / -1).
+  std::pair<std::string, int> make(int64_t bytes) {
+    if (!usable()) return {"", -1};
+    const std::string cg = fmt::format("{}/job-{}", parent_, next_++);
+    if (mkdir(cg.c_str(), 0755) < 0) return {"", -1};
+    if (v1_) {
+      motor::test::write_file(cg + "/memory.limit_in_bytes", std::to_string(bytes));
+      if (access((cg + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0) {
+        motor::test::write_file(cg + "/memory.memsw.limit_in_bytes", std::to_string(bytes));
+      }
+    } else {
+      motor::test::write_file(cg + "/memory.max", std::to_string(bytes));
+      motor::test::write_file(cg + "/memory.swap.max", "0");
+    }
+    return {cg, ::open((cg + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC)};
+  }
+  static void remove(const std::string& cg) {
+    for (int i = 0; i < 200 && rmdir(cg.c_str()) < 0 && errno == EBUSY; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  std::string parent_, why_not_;
+  bool v1_ = false;
+  std::atomic<int> next_{0};
+};
+
+JobResult bwrap_job(PeerCgroups& cgroups, size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
+  Spawn s{bwrap_argv(kKinds[kind].command), -1};
+  std::string cg;
+  if (kKinds[kind].memory) std::tie(cg, s.cgroup_procs_fd) = cgroups.make(kMemcapBytes);
+  JobResult r = spawn_job(s, kind, deadline, running);
+  if (s.cgroup_procs_fd >= 0) close(s.cgroup_procs_fd);
+  if (!cg.empty()) PeerCgroups::remove(cg);
+  return r;
+}
+
+// podman with no image: a skeleton root (merged-/usr links, /etc/passwd and /etc/group for
+// root, mount points), the host's /usr bound read-only, `--rootfs`.
+class PodmanRoot {
+ public:
+  PodmanRoot() {
+    char tmpl[] = "/tmp/motor-bench-rootfs-XXXXXX";
+    if (const char* d = mkdtemp(tmpl)) dir_ = d;
+    if (dir_.empty()) return;
+    chmod(dir_.c_str(), 0755);
+    for (const char* sub : {"usr", "etc", "tmp", "proc", "dev", "sys", "run", "root"}) {
+      mkdir((dir_ + "/" + sub).c_str(), 0755);
+    }
+    chmod((dir_ + "/tmp").c_str(), 01777);
+    for (const char* link : {"bin", "lib", "lib64", "sbin"}) {
+      const std::string host = std::string("/") + link;
+      char target[256];
+      const ssize_t n = readlink(host.c_str(), target, sizeof target - 1);
+      if (n > 0) (void)!symlink(std::string(target, static_cast<size_t>(n)).c_str(), (dir_ + host).c_str());
+    }
+    motor::test::write_file(dir_ + "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n");
+    motor::test::write_file(dir_ + "/etc/group", "root:x:0:\n");
+  }
+  ~PodmanRoot() { motor::test::remove_tree(dir_); }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+std::vector<std::string> podman_argv(const std::string& rootfs, size_t kind) {
+  std::vector<std::string> a{"/usr/bin/podman", "run",       "--rm",     "--runtime",         "runc",
+                             "--ulimit",        "nofile=4096:4096",       "--ulimit",          "nproc=4096:4096",
+                             "--network",       "none",      "--volume", "/usr:/usr:ro",      "--workdir",
+                             "/tmp"};
+  if (kKinds[kind].memory) a.insert(a.end(), {"--memory", "256m", "--memory-swap", "256m"});
+  a.insert(a.end(), {"--rootfs", rootfs, "/bin/sh", "-c", kKinds[kind].command});
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+struct Level {
+  std::string system;
+  int clients = 0;
+  double seconds = 0;   // the level's window
+  double elapsed = 0;   // window + the drain of jobs in flight
+  int completed = 0;    // ok and finished in the window
+  int finished = 0;     // every job that ended (in or after the window)
+  std::map<std::string, int> failures;
+  std::vector<double> start_ms, first_ms, wall_ms, queue_wait_ms;
+  std::vector<double> wall_ms_by_kind[kKindCount];
+  double avg_running = 0;
+  double host_cpu_s = 0;
+  // motor only
+  double runner_cpu_s = NAN, runner_rss_mean = NAN, runner_rss_peak = NAN, stall_us = NAN;
+  double load1_after = 0;
+
+  double jobs_per_s() const { return seconds > 0 ? completed / seconds : 0; }
+  int failed() const {
+    int n = 0;
+    for (const auto& [reason, count] : failures) n += count;
+    return n;
+  }
+  // The start figure that compares across systems: the first output byte.
+  double first_p50() const { return percentile(first_ms, 0.5); }
+  // The start figure of the system itself: motor's `started`, the peers' first byte.
+  const std::vector<double>& own_start() const { return system == "motor" ? start_ms : first_ms; }
+};
 
 double runner_stall_us(const std::string& socket, bool reset) {
   RawClient s(socket);
-  s.send_frame(reset ? R"({"id":1,"method":"runner.status","params":{"reset_stall":true}})"
-                     : R"({"id":1,"method":"runner.status","params":{}})");
+  if (!s.send_frame(reset ? R"({"id":1,"method":"runner.status","params":{"reset_stall":true}})"
+                          : R"({"id":1,"method":"runner.status","params":{}})")) {
+    return NAN;
+  }
   auto reply = s.read_frame();
-  return reply ? std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()) : -1;
+  return reply ? std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()) : NAN;
 }
 
-struct Level {
-  int clients = 0;
-  double seconds = 0;
-  int completed = 0;
-  std::map<std::string, int> refusals;  // reason -> count
-  std::vector<double> start_ms, wall_ms, queue_wait_ms;
-  std::vector<double> wall_ms_by_kind[kKindCount];
-  std::map<std::string, int> outcomes;
-  double stall_us = 0;
-  double runner_cpu_s = 0;
-  double runner_rss_mib = 0;
-  std::string load;
-
-  double jobs_per_min() const { return seconds > 0 ? completed * 60.0 / seconds : 0; }
-  int refused() const {
-    int n = 0;
-    for (const auto& [reason, count] : refusals) n += count;
-    return n;
-  }
-};
-
-Level run_level(const RunnerProcess& runner, int clients, double seconds, int& next_id) {
+Level run_level(const std::string& system, int clients, double seconds, const RunOne& run_one, pid_t runner_pid,
+                const std::string& runner_socket) {
   Level level;
+  level.system = system;
   level.clients = clients;
-  runner_stall_us(runner.socket(), true);
-  const double cpu0 = process_cpu_seconds(runner.pid());
+  level.seconds = seconds;
+  if (runner_pid > 0) runner_stall_us(runner_socket, true);
+  const double runner_cpu0 = runner_pid > 0 ? process_cpu_seconds(runner_pid) : 0;
+  const double host0 = host_busy_seconds();
   std::mutex mu;
   std::vector<JobResult> results;
+  std::atomic<int> running{0};
+  std::atomic<bool> done{false};
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  std::atomic<int> ids{next_id};
+
+  // Sampler: running jobs every 20 ms, the runner's RSS every 100 ms, over the whole level.
+  double running_sum = 0, rss_sum = 0, rss_peak = 0;
+  int running_n = 0, rss_n = 0;
+  std::thread sampler([&] {
+    for (int tick = 0; !done; ++tick) {
+      running_sum += running.load();
+      ++running_n;
+      if (runner_pid > 0 && tick % 5 == 0) {
+        const double rss = process_rss_mib(runner_pid);
+        if (std::isfinite(rss)) {
+          rss_sum += rss;
+          rss_peak = std::max(rss_peak, rss);
+          ++rss_n;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      simdjson::dom::parser parser;
       size_t kind = static_cast<size_t>(c) % kKindCount;
-      for (int n = 0; Clock::now() < deadline; ++n) {
-        const int id = ids++;
-        JobResult r = run_job(runner.socket(), kind, id, fmt::format("{}-{}-{}", clients, c, n), deadline, parser);
-        const bool refused = !r.refusal.empty();
+      while (Clock::now() < deadline) {
+        JobResult r = run_one(kind, deadline, running);
+        const bool failed = !r.ok;
         {
           std::lock_guard lock(mu);
           results.push_back(std::move(r));
         }
         kind = (kind + 1) % kKindCount;
-        // A refused client backs off briefly instead of hammering the runner.
-        if (refused) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (failed) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // back off
       }
     });
   }
   for (auto& t : threads) t.join();
-  level.seconds = seconds;
-  next_id = ids;
-  level.runner_cpu_s = process_cpu_seconds(runner.pid()) - cpu0;
-  level.runner_rss_mib = process_rss_mib(runner.pid());
-  level.stall_us = runner_stall_us(runner.socket(), false);
-  level.load = loadavg();
+  done = true;
+  sampler.join();
+  level.elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  level.host_cpu_s = host_busy_seconds() - host0;
+  level.avg_running = running_n ? running_sum / running_n : 0;
+  if (runner_pid > 0) {
+    level.runner_cpu_s = process_cpu_seconds(runner_pid) - runner_cpu0;
+    level.runner_rss_mean = rss_n ? rss_sum / rss_n : NAN;
+    level.runner_rss_peak = rss_n ? rss_peak : NAN;
+    level.stall_us = runner_stall_us(runner_socket, false);
+  }
+  level.load1_after = load1();
   for (const JobResult& r : results) {
-    if (!r.refusal.empty()) {
-      ++level.refusals[r.refusal];
+    ++level.finished;
+    if (!r.ok) {
+      ++level.failures[r.failure.empty() ? "unknown" : r.failure];
       continue;
     }
-    ++level.outcomes[r.outcome];
-    if (r.completed && r.in_window) ++level.completed;
-    if (r.start_ms >= 0) level.start_ms.push_back(r.start_ms);
-    if (r.queue_wait_ms >= 0) level.queue_wait_ms.push_back(r.queue_wait_ms);
-    if (r.wall_ms >= 0) {
+    if (r.in_window) ++level.completed;
+    if (std::isfinite(r.start_ms)) level.start_ms.push_back(r.start_ms);
+    if (std::isfinite(r.first_ms)) level.first_ms.push_back(r.first_ms);
+    if (std::isfinite(r.queue_wait_ms)) level.queue_wait_ms.push_back(r.queue_wait_ms);
+    if (std::isfinite(r.wall_ms)) {
       level.wall_ms.push_back(r.wall_ms);
       level.wall_ms_by_kind[r.kind].push_back(r.wall_ms);
     }
@@ -262,155 +609,455 @@ std::vector<int> parse_levels(const std::string& s) {
   return out;
 }
 
-std::string ratio(double value, double base) { return base > 0 ? fmt::format("{:.2f}", value / base) : "-"; }
+// Where throughput saturates: the last level before the first one that adds < 10%.
+int saturation_level(const std::vector<const Level*>& ls) {
+  for (size_t i = 1; i < ls.size(); ++i) {
+    if (ls[i]->jobs_per_s() < 1.1 * ls[i - 1]->jobs_per_s()) return ls[i - 1]->clients;
+  }
+  return 0;  // not within the measured levels
+}
+// The latency-bounded level: the highest level up to which every level kept its median start
+// within 2x of its single-client median and its p99 within 4x of it, with no failures.
+int latency_bounded_level(const std::vector<const Level*>& ls) {
+  if (ls.empty()) return 0;
+  const double base = percentile(ls.front()->own_start(), 0.5);
+  int ok = 0;
+  for (const Level* l : ls) {
+    if (l->failed() > 0 || l->completed == 0 || !std::isfinite(base)) break;
+    if (percentile(l->own_start(), 0.5) > 2 * base || percentile(l->own_start(), 0.99) > 4 * base) break;
+    ok = l->clients;
+  }
+  return ok;
+}
+
+bool run_ok(const std::vector<std::string>& argv, std::string* why) {
+  auto r = motor::test::run_program(argv, {}, std::chrono::seconds(120));
+  if (r.exit_code == 0) return true;
+  std::string text = trim(r.err.empty() ? r.out : r.err);
+  if (const size_t nl = text.rfind('\n'); nl != std::string::npos) text = text.substr(nl + 1);
+  *why = fmt::format("exit {}: {}", r.exit_code, text.substr(0, 300));
+  return false;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 20;
+  double seconds = 8;
   std::vector<int> levels = {1, 2, 4, 8, 16};
-  std::string max_running;
-  std::string json_path;
+  std::string out_dir = "capacity-report";
+  std::string runner_config = "cpu_oversubscription = 8\ndefault_memory = 1G\n";
+  bool want_bwrap = true, want_podman = true;
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--levels") {
+      levels = parse_levels(value());
+    } else if (a == "--out") {
+      out_dir = value();
+    } else if (a == "--runner-config") {
+      runner_config = value();
+      if (!runner_config.empty() && runner_config.back() != '\n') runner_config += '\n';
+    } else if (a == "--peers") {
+      const std::string p = value();
+      want_bwrap = p.find("bwrap") != std::string::npos;
+      want_podman = p.find("podman") != std::string::npos;
     } else if (a == "-h" || a == "--help") {
-      fmt::print("usage: {} [seconds-per-level (20)] [levels (1,2,4,8,16)] [max_running_jobs] [--json FILE]\n", argv[0]);
+      fmt::print(
+          "usage: {} [seconds-per-level (8)] [--levels 1,2,4,8,16] [--out DIR (capacity-report)]\n"
+          "          [--runner-config TEXT (\"cpu_oversubscription = 8\\ndefault_memory = 1G\")] [--peers bwrap,podman|none]\n",
+          argv[0]);
       return 0;
     } else {
       positional.push_back(a);
     }
   }
-  if (positional.size() > 0) seconds = std::atof(positional[0].c_str());
+  if (!positional.empty()) seconds = std::atof(positional[0].c_str());
   if (positional.size() > 1) levels = parse_levels(positional[1]);
-  if (positional.size() > 2) max_running = positional[2];
-  if (seconds <= 0 || levels.empty()) {
-    fmt::print(stderr, "bench: bad arguments (try --help)\n");
+  if (seconds <= 0 || levels.empty() || out_dir.empty()) {
+    fmt::print(stderr, "capacity: bad arguments (try --help)\n");
     return 2;
   }
   if (geteuid() != 0) {
-    fmt::print(stderr, "bench: run as root (the runner creates cgroups and switches accounts)\n");
+    fmt::print(stderr, "capacity: run as root (the runner creates cgroups and switches accounts)\n");
     return 1;
   }
-  const std::string extra = max_running.empty() ? "" : "max_running_jobs = " + max_running + "\n";
-  RunnerProcess runner(extra);
+  signal(SIGPIPE, SIG_IGN);
+  mkdir(out_dir.c_str(), 0755);
+
+  // --- what it measures on ---
+  utsname u{};
+  uname(&u);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int usable_cpus = affinity_cpus();
+  const int64_t mem_total_kib = meminfo_kib("MemTotal");
+  const int64_t mem_avail_kib = meminfo_kib("MemAvailable");
+  const std::string load_before = loadavg();
+  const std::string kernel = fmt::format("{} {}", u.sysname, u.release);
+  const std::string model = cpu_model();
+
+  RunnerProcess runner(runner_config);
   if (!runner.start()) {
-    fmt::print(stderr, "bench: the runner did not start:\n{}\n", runner.log());
+    fmt::print(stderr, "capacity: the runner did not start:\n{}\n", runner.log());
     return 1;
   }
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  fmt::print("capacity: {} s per level, levels {}, {} online CPUs, max_running_jobs {}, load average at start {}\n",
-             seconds, fmt::join(levels, ","), cores, max_running.empty() ? "default" : max_running, loadavg());
-  fmt::print("job mix per client, in turn: ");
-  for (size_t k = 0; k < kKindCount; ++k) fmt::print("{}{}", k ? ", " : "", kKinds[k].name);
+  const std::string status = [&] {
+    RawClient s(runner.socket());
+    if (!s.send_frame(R"({"id":1,"method":"runner.status","params":{}})")) return std::string();
+    auto r = s.read_frame();
+    return r ? *r : std::string();
+  }();
+  const std::string cgroup_layout = json_field(status, "/result/cgroup_layout");
+  const std::string runner_version = json_field(status, "/result/version");
+
+  fmt::print("capacity report: {} s per level, levels {}\n", seconds, fmt::join(levels, ","));
+  fmt::print("host: {} online CPUs ({} usable), {}; {:.1f} GiB RAM ({:.1f} GiB available); {}; cgroups: {}\n", online,
+             usable_cpus, model, static_cast<double>(mem_total_kib) / 1048576.0,
+             static_cast<double>(mem_avail_kib) / 1048576.0, kernel, cgroup_layout);
+  fmt::print("load average before: {} (1, 5, 15 min)\n", load_before);
+  std::string cfg_line = runner_config;
+  std::replace(cfg_line.begin(), cfg_line.end(), '\n', ';');
+  fmt::print("runner: motor-runner {} with config: {} (plus the harness's cgroup_parent and job_log_max_size = 64M)\n",
+             runner_version, cfg_line);
+  fmt::print("job mix, each client in turn from its own offset:");
+  for (const JobKind& k : kKinds) fmt::print(" {}{}", k.name, k.memory ? fmt::format(" (memory {})", k.memory) : "");
   fmt::print("\n");
 
-  // Warm up (page cache, first cgroups, the workspace): each kind once, not measured.
-  int next_id = 1;
-  {
-    simdjson::dom::parser parser;
-    for (size_t k = 0; k < kKindCount; ++k) {
-      const JobResult r = run_job(runner.socket(), k, next_id++, fmt::format("warm-{}", k), Clock::now() + std::chrono::hours(1),
-                                  parser);
-      if (!r.completed) {
-        fmt::print(stderr, "bench: warm-up job \"{}\" did not complete (refusal: {}, outcome: {})\n{}\n", kKinds[k].name,
-                   r.refusal, r.outcome, runner.log());
-        return 1;
-      }
-      if (r.outcome != "exit") fmt::print(stderr, "bench: warm-up job \"{}\" ended with {}\n", kKinds[k].name, r.outcome);
+  // --- the systems ---
+  std::atomic<int> next_id{1};
+  struct System {
+    std::string name;
+    RunOne run;
+    pid_t runner_pid = -1;
+    std::string note;
+  };
+  std::vector<System> systems;
+  systems.push_back({"motor",
+                     [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
+                       return motor_job(runner.socket(), kind, next_id++, deadline, running);
+                     },
+                     runner.pid(), "request -> `started` record (start); -> first output record (first byte)"});
+
+  PeerCgroups peer_cgroups;
+  std::string bwrap_status = "skipped: not asked for (--peers)";
+  if (want_bwrap) {
+    std::string why;
+    if (access("/usr/bin/bwrap", X_OK) != 0) {
+      bwrap_status = "skipped: /usr/bin/bwrap not installed (scripts/setup installs bubblewrap)";
+    } else if (!run_ok(bwrap_argv("echo ok"), &why)) {
+      bwrap_status = "skipped: it does not start here: " + why;
+    } else {
+      bwrap_status = peer_cgroups.usable()
+                         ? "ran; memcap jobs in a " + peer_cgroups.layout() + " cgroup the bench makes per job"
+                         : "ran; memcap jobs UNCAPPED: " + peer_cgroups.why_not();
+      systems.push_back({"bwrap",
+                         [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
+                           return bwrap_job(peer_cgroups, kind, deadline, running);
+                         },
+                         -1, "spawn -> first output byte"});
     }
   }
+  PodmanRoot podman_root;
+  std::string podman_status = "skipped: not asked for (--peers)";
+  if (want_podman) {
+    std::string why;
+    if (access("/usr/bin/podman", X_OK) != 0) {
+      podman_status = "skipped: /usr/bin/podman not installed (bench/setup installs it)";
+    } else if (podman_root.dir().empty()) {
+      podman_status = "skipped: could not make a temporary rootfs";
+    } else if (!run_ok(podman_argv(podman_root.dir(), 0), &why)) {
+      podman_status = "skipped: it does not start here: " + why;
+    } else {
+      podman_status = "ran: --runtime runc, --rootfs of the host's /usr (no image, no registry); memcap jobs --memory 256m";
+      systems.push_back({"podman",
+                         [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
+                           return spawn_job(Spawn{podman_argv(podman_root.dir(), kind), -1}, kind, deadline, running);
+                         },
+                         -1, "spawn -> first output byte"});
+    }
+  }
+  fmt::print("bwrap: {}\npodman: {}\n", bwrap_status, podman_status);
 
+  // Warm-up, not measured: each kind once through each system (page cache, first cgroups).
+  for (const System& s : systems) {
+    std::atomic<int> running{0};
+    for (size_t k = 0; k < kKindCount; ++k) {
+      const JobResult r = s.run(k, Clock::now() + std::chrono::hours(1), running);
+      if (!r.ok) {
+        fmt::print(stderr, "capacity: warm-up job \"{}\" through {} failed: {}\n", kKinds[k].name, s.name, r.failure);
+        if (s.name == "motor") {
+          fmt::print(stderr, "{}\n", runner.log());
+          return 1;
+        }
+      }
+    }
+  }
+  const double runner_rss_idle = process_rss_mib(runner.pid());
+
+  // --- the levels: at each, every system in turn ---
   std::vector<Level> results;
   for (int clients : levels) {
-    fmt::print(stderr, "  level {} clients...\n", clients);
-    results.push_back(run_level(runner, clients, seconds, next_id));
+    for (const System& s : systems) {
+      fmt::print(stderr, "  level {:>2} clients: {}...\n", clients, s.name);
+      results.push_back(run_level(s.name, clients, seconds, s.run, s.runner_pid, runner.socket()));
+    }
   }
+  const double runner_rss_end = process_rss_mib(runner.pid());
+  const std::string load_after = loadavg();
   runner.stop();
 
-  const Level& base = results.front();
-  const double base_start = percentile(base.start_ms, 0.5);
-  const double base_wall = percentile(base.wall_ms, 0.5);
-  const double base_thr = base.jobs_per_min();
-  const size_t cpu_kind = 1;
-  const double base_cpu_wall = percentile(base.wall_ms_by_kind[cpu_kind], 0.5);
+  auto of = [&](const std::string& system) {
+    std::vector<const Level*> v;
+    for (const Level& l : results) {
+      if (l.system == system) v.push_back(&l);
+    }
+    return v;
+  };
+  auto at = [&](const std::string& system, int clients) -> const Level* {
+    for (const Level& l : results) {
+      if (l.system == system && l.clients == clients) return &l;
+    }
+    return nullptr;
+  };
 
-  fmt::print("\nthroughput and latency (x = ratio to the {}-client level of this run):\n", base.clients);
-  fmt::print("{:>7} {:>6} {:>9} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6} {:>7} | {:>8}\n", "clients", "done",
-             "jobs/min", "x", "start p50", "start p90", "x p50", "x p90", "wall p50", "wall p90", "x p50", "x cpu", "qwait90");
-  for (const Level& l : results) {
-    const double s50 = percentile(l.start_ms, 0.5), s90 = percentile(l.start_ms, 0.9);
-    const double w50 = percentile(l.wall_ms, 0.5), w90 = percentile(l.wall_ms, 0.9);
-    fmt::print("{:>7} {:>6} {:>9.1f} {:>6} | {:>7.1f}ms {:>7.1f}ms {:>6} {:>6} | {:>7.0f}ms {:>7.0f}ms {:>6} {:>7} | {:>6.0f}ms\n",
-               l.clients, l.completed, l.jobs_per_min(), ratio(l.jobs_per_min(), base_thr), s50, s90, ratio(s50, base_start),
-               ratio(s90, base_start), w50, w90, ratio(w50, base_wall),
-               ratio(percentile(l.wall_ms_by_kind[cpu_kind], 0.5), base_cpu_wall), percentile(l.queue_wait_ms, 0.9));
-  }
-  fmt::print("\nthe runner's cost and refusals:\n");
-  fmt::print("{:>7} | {:>10} {:>12} | {:>12} {:>9} | {:>8} | {:>10} | {}\n", "clients", "loop stall", "stall/start50",
-             "runner CPU %", "CPU/job x", "RSS MiB", "load 1 min", "refusals by reason; outcomes");
-  const double base_cpu_per_job = base.completed > 0 ? base.runner_cpu_s / base.completed : 0;
-  for (const Level& l : results) {
-    std::string refusals;
-    for (const auto& [reason, count] : l.refusals) refusals += fmt::format("{}{}={}", refusals.empty() ? "" : " ", reason, count);
-    if (refusals.empty()) refusals = "none";
-    std::string outcomes;
-    for (const auto& [o, count] : l.outcomes) outcomes += fmt::format(" {}={}", o, count);
-    const double cpu_per_job = l.completed > 0 ? l.runner_cpu_s / l.completed : 0;
-    fmt::print("{:>7} | {:>8.1f}ms {:>12} | {:>12.1f} {:>9} | {:>8.1f} | {:>10} | {};{}\n", l.clients, l.stall_us / 1000.0,
-               ratio(l.stall_us / 1000.0, base_start), 100.0 * l.runner_cpu_s / l.seconds, ratio(cpu_per_job, base_cpu_per_job),
-               l.runner_rss_mib, l.load.substr(0, l.load.find(' ')), refusals, outcomes);
-  }
-
-  // Verdict: the highest level up to which every level kept its median start latency within 2x
-  // of the single-client baseline and refused nothing.
-  int sustainable = 0;
-  for (const Level& l : results) {
-    if (percentile(l.start_ms, 0.5) > 2 * base_start || l.refused() > 0 || l.completed == 0) break;
-    sustainable = l.clients;
-  }
-  // Throughput saturation: the first level that adds less than 10% over the one before.
-  int saturated = 0;
-  for (size_t i = 1; i < results.size(); ++i) {
-    if (results[i].jobs_per_min() < 1.1 * results[i - 1].jobs_per_min()) {
-      saturated = results[i - 1].clients;
-      break;
+  // --- the report ---
+  for (const System& s : systems) {
+    const auto ls = of(s.name);
+    const Level& b = *ls.front();
+    const double b_thr = b.jobs_per_s(), b_s50 = percentile(b.own_start(), 0.5);
+    const double b_cpu = percentile(b.wall_ms_by_kind[1], 0.5);
+    fmt::print("\n{}: start = {}; x = ratio to its {}-client level\n", s.name, s.note, b.clients);
+    fmt::print("{:>7} {:>5} {:>7} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} | {:>9} {:>7} | {:>7} {:>7} | {}\n", "clients",
+               "done", "jobs/s", "x", "start p50", "start p99", "x p50", "x p99", "1st-byte50", "1st-byte99", "wall p50",
+               "cpu-job x", "running", "hostCPU", "failures");
+    for (const Level* l : ls) {
+      std::string failures;
+      for (const auto& [reason, count] : l->failures) failures += fmt::format("{}{}={}", failures.empty() ? "" : " ", reason, count);
+      const double s50 = percentile(l->own_start(), 0.5), s99 = percentile(l->own_start(), 0.99);
+      fmt::print("{:>7} {:>5} {:>7.2f} {:>6} | {:>7}ms {:>7}ms {:>6} {:>6} | {:>7}ms {:>7}ms | {:>7}ms {:>9} | {:>7.2f} {:>5.2f}s/j | {}\n",
+                 l->clients, l->completed, l->jobs_per_s(), ratio(l->jobs_per_s(), b_thr), ms(s50), ms(s99), ratio(s50, b_s50),
+                 ratio(s99, b_s50), ms(l->first_p50()), ms(percentile(l->first_ms, 0.99)), ms(percentile(l->wall_ms, 0.5)),
+                 ratio(percentile(l->wall_ms_by_kind[1], 0.5), b_cpu), l->avg_running,
+                 l->completed ? l->host_cpu_s / l->finished : NAN, failures.empty() ? "none" : failures);
     }
   }
-  double best_thr = 0;
-  for (const Level& l : results) best_thr = std::max(best_thr, l.jobs_per_min());
-  fmt::print("\nload average at end {}\n", loadavg());
-  if (sustainable > 0) {
-    fmt::print("sustainable concurrency on this host: {} (median start latency within 2x of the single-job baseline, no refusals)\n",
-               sustainable);
-  } else {
-    fmt::print("sustainable concurrency on this host: none of the measured levels (even the baseline refused or completed nothing)\n");
-  }
-  if (saturated > 0) {
-    fmt::print("throughput saturates at {} clients, {:.1f} per online CPU (the next level adds < 10%); peak {:.2f}x the single-client rate\n",
-               saturated, saturated / static_cast<double>(cores), best_thr / base_thr);
-  } else {
-    fmt::print("throughput did not saturate within the measured levels; peak {:.2f}x the single-client rate\n", best_thr / base_thr);
+
+  // motor's own cost.
+  const auto motor_levels = of("motor");
+  fmt::print("\nmotor-runner's own cost (idle RSS after warm-up {:.1f} MiB):\n", runner_rss_idle);
+  fmt::print("{:>7} | {:>9} {:>9} | {:>9} {:>11} | {:>8} {:>8} {:>13} | {:>10} {:>11} | {:>6}\n", "clients", "qwait p50",
+             "qwait p99", "CPU %core", "%core/job", "RSS avg", "RSS peak", "MiB/run. job", "loop stall", "stall/start", "load1");
+  const double motor_b_s50 = percentile(motor_levels.front()->start_ms, 0.5);
+  for (const Level* l : motor_levels) {
+    const double cpu_pct = 100.0 * l->runner_cpu_s / l->elapsed;
+    fmt::print("{:>7} | {:>7}ms {:>7}ms | {:>9.1f} {:>11} | {:>6.1f}Mi {:>6.1f}Mi {:>13} | {:>8.1f}ms {:>11} | {:>6.2f}\n",
+               l->clients, ms(percentile(l->queue_wait_ms, 0.5)), ms(percentile(l->queue_wait_ms, 0.99)), cpu_pct,
+               l->avg_running > 0 ? fmt::format("{:.2f}", cpu_pct / l->avg_running) : "-", l->runner_rss_mean,
+               l->runner_rss_peak,
+               l->avg_running > 0 ? fmt::format("{:.2f}", (l->runner_rss_mean - runner_rss_idle) / l->avg_running) : "-",
+               l->stall_us / 1000.0, ratio(l->stall_us / 1000.0, motor_b_s50), l->load1_after);
   }
 
-  if (!json_path.empty()) {
-    std::string j = fmt::format(R"({{"seconds_per_level":{},"online_cpus":{},"max_running_jobs":"{}","sustainable_concurrency":{},"saturated_at":{},"levels":[)",
-                                seconds, cores, max_running.empty() ? "default" : max_running, sustainable, saturated);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Level& l = results[i];
-      std::string refusals;
-      for (const auto& [reason, count] : l.refusals) refusals += fmt::format("{}\"{}\":{}", refusals.empty() ? "" : ",", reason, count);
-      j += fmt::format(
-          R"({}{{"clients":{},"completed":{},"jobs_per_min":{:.2f},"start_ms_p50":{:.2f},"start_ms_p90":{:.2f},"wall_ms_p50":{:.1f},"wall_ms_p90":{:.1f},"queue_wait_ms_p90":{:.1f},"loop_worst_stall_us":{:.0f},"runner_cpu_s":{:.3f},"runner_rss_mib":{:.1f},"loadavg":"{}","refusals":{{{}}}}})",
-          i ? "," : "", l.clients, l.completed, l.jobs_per_min(), percentile(l.start_ms, 0.5), percentile(l.start_ms, 0.9),
-          percentile(l.wall_ms, 0.5), percentile(l.wall_ms, 0.9), percentile(l.queue_wait_ms, 0.9), l.stall_us, l.runner_cpu_s,
-          l.runner_rss_mib, l.load, refusals);
+  // motor against the peers, level by level (first output byte: the one start figure all share).
+  if (systems.size() > 1) {
+    fmt::print("\nmotor against the peers at the same level (ratio motor / peer; < 1 means motor is faster / does less):\n");
+    fmt::print("{:>7}", "clients");
+    for (size_t i = 1; i < systems.size(); ++i) {
+      fmt::print(" | {:>10} {:>10} {:>11}", "1st-byte50", "1st-byte99", "jobs/s");
     }
-    j += "]}\n";
-    std::ofstream(json_path) << j;
-    fmt::print("json: {}\n", json_path);
+    fmt::print("\n{:>7}", "");
+    for (size_t i = 1; i < systems.size(); ++i) fmt::print(" | {:^34}", "vs " + systems[i].name);
+    fmt::print("\n");
+    for (int clients : levels) {
+      const Level* m = at("motor", clients);
+      fmt::print("{:>7}", clients);
+      for (size_t i = 1; i < systems.size(); ++i) {
+        const Level* p = at(systems[i].name, clients);
+        fmt::print(" | {:>10} {:>10} {:>11}", ratio(m->first_p50(), p->first_p50()),
+                   ratio(percentile(m->first_ms, 0.99), percentile(p->first_ms, 0.99)), ratio(m->jobs_per_s(), p->jobs_per_s()));
+      }
+      fmt::print("\n");
+    }
   }
+
+  // Verdicts and the rule of thumb.
+  const double cores = static_cast<double>(usable_cpus > 0 ? usable_cpus : online);
+  fmt::print("\nload average after: {} (before: {})\n", load_after, load_before);
+  struct Verdict {
+    std::string system;
+    int saturated = 0, bounded = 0;
+    double peak = 0, peak_x = 0;
+    int peak_at = 0;
+  };
+  std::vector<Verdict> verdicts;
+  for (const System& s : systems) {
+    const auto ls = of(s.name);
+    Verdict v;
+    v.system = s.name;
+    v.saturated = saturation_level(ls);
+    v.bounded = latency_bounded_level(ls);
+    for (const Level* l : ls) {
+      if (l->jobs_per_s() > v.peak) {
+        v.peak = l->jobs_per_s();
+        v.peak_at = l->clients;
+      }
+    }
+    v.peak_x = ls.front()->jobs_per_s() > 0 ? v.peak / ls.front()->jobs_per_s() : NAN;
+    verdicts.push_back(v);
+    fmt::print("{:>6}: throughput {}; peak {:.2f} jobs/s at {} clients = {:.2f}x one client; starts stay within 2x (p50) / 4x "
+               "(p99) of one client's median up to {} clients\n",
+               s.name,
+               v.saturated ? fmt::format("saturates at {} clients ({:.1f} per CPU): the next level adds < 10%", v.saturated,
+                                         v.saturated / cores)
+                           : std::string("does not saturate within the measured levels"),
+               v.peak, v.peak_at, v.peak_x, v.bounded ? std::to_string(v.bounded) : std::string("no"));
+  }
+  for (size_t i = 1; i < verdicts.size(); ++i) {
+    fmt::print("motor's peak throughput is {:.2f}x {}'s in this run\n", verdicts[0].peak / verdicts[i].peak,
+               verdicts[i].system);
+  }
+
+  // Memory per job: what admission reserves (the job's cap) plus the runner's own share.
+  const Verdict& mv = verdicts[0];
+  double runner_mib_per_job = 0;
+  {
+    double worst = 0;
+    for (const Level* l : motor_levels) {
+      if (l->avg_running >= 1) worst = std::max(worst, (l->runner_rss_peak - runner_rss_idle) / l->avg_running);
+    }
+    runner_mib_per_job = worst;
+  }
+  const int knee = mv.saturated ? mv.saturated : levels.back();
+  const double jobs_per_core_thr = knee / cores;
+  const double jobs_per_core_lat = mv.bounded / cores;
+  const Level* knee_level = at("motor", knee);
+  const double cpu_pct_per_job =
+      knee_level && knee_level->avg_running > 0 ? 100.0 * knee_level->runner_cpu_s / knee_level->elapsed / knee_level->avg_running : NAN;
+  const std::string rule = fmt::format(
+      "plan {:.1f} concurrent jobs per core for throughput (beyond {} at once this host completes no more), "
+      "{:.1f} per core where callers need starts within 2x of an idle runner's; memory per job = the job's cap "
+      "(what admission reserves: default_memory, or the request's `memory`) + {:.1f} MiB of runner memory per running "
+      "job; the runner itself costs {:.1f}% of a core per running job at the knee",
+      jobs_per_core_thr, knee, jobs_per_core_lat, std::max(runner_mib_per_job, 0.0), cpu_pct_per_job);
+  const std::string assumptions = fmt::format(
+      "jobs like this mix (sub-second shell jobs: a quarter CPU-bound, a quarter output-heavy, a quarter under a 256 MiB "
+      "cap); {} usable CPUs, load average {} before the run (other tenants' work shares the cores); runner config as "
+      "printed (cpu_oversubscription lets more jobs than cores run, so admission is not the limit); for long CPU-bound "
+      "jobs the per-core figure tends to 1 and only the memory rule carries over",
+      usable_cpus, load_before);
+  fmt::print("\nrule of thumb: {}\nassumptions: {}\n", rule, assumptions);
+
+  // --- JSON ---
+  std::string j = "{";
+  j += fmt::format(R"("seconds_per_level":{},"levels":[{}],)", seconds, fmt::join(levels, ","));
+  j += fmt::format(
+      R"("host":{{"online_cpus":{},"usable_cpus":{},"cpu_model":"{}","mem_total_kib":{},"mem_available_kib":{},"kernel":"{}","cgroup_layout":"{}","loadavg_before":"{}","loadavg_after":"{}"}},)",
+      online, usable_cpus, json_escape(model), mem_total_kib, mem_avail_kib, json_escape(kernel), json_escape(cgroup_layout),
+      load_before, load_after);
+  j += fmt::format(R"("runner":{{"version":"{}","config":"{}","rss_idle_mib":{},"rss_end_mib":{}}},)", json_escape(runner_version),
+                   json_escape(runner_config), num(runner_rss_idle, 1), num(runner_rss_end, 1));
+  j += R"("mix":[)";
+  for (size_t k = 0; k < kKindCount; ++k) {
+    j += fmt::format(R"({}{{"kind":"{}","command":"{}","memory":{},"stands_for":"{}"}})", k ? "," : "", kKinds[k].name,
+                     json_escape(kKinds[k].command), kKinds[k].memory ? fmt::format("\"{}\"", kKinds[k].memory) : "null",
+                     json_escape(kKinds[k].stands_for));
+  }
+  j += fmt::format(R"(],"peers":{{"bwrap":"{}","podman":"{}"}},"results":[)", json_escape(bwrap_status),
+                   json_escape(podman_status));
+  bool first = true;
+  for (const Level& l : results) {
+    const Level& b = *of(l.system).front();
+    const double b_s50 = percentile(b.own_start(), 0.5);
+    std::string failures;
+    for (const auto& [reason, count] : l.failures) failures += fmt::format("{}\"{}\":{}", failures.empty() ? "" : ",", json_escape(reason), count);
+    std::string by_kind;
+    for (size_t k = 0; k < kKindCount; ++k) {
+      by_kind += fmt::format(R"({}"{}":{})", k ? "," : "", kKinds[k].name, num(percentile(l.wall_ms_by_kind[k], 0.5), 1));
+    }
+    const double cpu_pct = 100.0 * l.runner_cpu_s / l.elapsed;
+    j += fmt::format(
+        R"({}{{"system":"{}","clients":{},"seconds":{},"elapsed_s":{},"completed":{},"finished":{},"jobs_per_s":{},"jobs_per_s_x":{},)"
+        R"("start_ms_p50":{},"start_ms_p99":{},"start_p50_x":{},"start_p99_x":{},"first_output_ms_p50":{},"first_output_ms_p99":{},)"
+        R"("wall_ms_p50":{},"wall_ms_p99":{},"wall_ms_p50_by_kind":{{{}}},"queue_wait_ms_p50":{},"queue_wait_ms_p99":{},)"
+        R"("avg_running":{},"host_cpu_s_per_job":{},"runner_cpu_pct_core":{},"runner_cpu_pct_core_per_running_job":{},)"
+        R"("runner_rss_mib_mean":{},"runner_rss_mib_peak":{},"runner_mib_per_running_job":{},"loop_worst_stall_us":{},"load1_after":{},"failures":{{{}}},"samples":{}}})",
+        first ? "" : ",", l.system, l.clients, l.seconds, num(l.elapsed, 2), l.completed, l.finished, num(l.jobs_per_s(), 3),
+        ratio(l.jobs_per_s(), b.jobs_per_s()) == "-" ? "null" : ratio(l.jobs_per_s(), b.jobs_per_s()),
+        num(percentile(l.own_start(), 0.5)), num(percentile(l.own_start(), 0.99)),
+        num(percentile(l.own_start(), 0.5) / b_s50), num(percentile(l.own_start(), 0.99) / b_s50), num(l.first_p50()),
+        num(percentile(l.first_ms, 0.99)), num(percentile(l.wall_ms, 0.5), 1), num(percentile(l.wall_ms, 0.99), 1), by_kind,
+        num(percentile(l.queue_wait_ms, 0.5), 1), num(percentile(l.queue_wait_ms, 0.99), 1), num(l.avg_running),
+        num(l.finished ? l.host_cpu_s / l.finished : NAN, 3), num(cpu_pct, 1),
+        num(l.avg_running > 0 ? cpu_pct / l.avg_running : NAN), num(l.runner_rss_mean, 1), num(l.runner_rss_peak, 1),
+        num(l.avg_running > 0 ? (l.runner_rss_mean - runner_rss_idle) / l.avg_running : NAN), num(l.stall_us, 0),
+        l.load1_after, failures, l.own_start().size());
+    first = false;
+  }
+  j += R"(],"verdicts":[)";
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const Verdict& v = verdicts[i];
+    j += fmt::format(
+        R"({}{{"system":"{}","saturates_at_clients":{},"latency_bounded_clients":{},"peak_jobs_per_s":{},"peak_at_clients":{},"peak_x_single":{},"motor_peak_x":{}}})",
+        i ? "," : "", v.system, v.saturated ? std::to_string(v.saturated) : "null", v.bounded, num(v.peak, 3), v.peak_at,
+        num(v.peak_x), num(v.peak > 0 ? verdicts[0].peak / v.peak : NAN));
+  }
+  j += fmt::format(
+      R"(],"rule_of_thumb":{{"jobs_per_core_throughput":{},"jobs_per_core_latency_bounded":{},"runner_mib_per_running_job":{},"runner_cpu_pct_core_per_running_job":{},"text":"{}","assumptions":"{}"}}}})",
+      num(jobs_per_core_thr), num(jobs_per_core_lat), num(runner_mib_per_job), num(cpu_pct_per_job), json_escape(rule),
+      json_escape(assumptions));
+  j += "\n";
+  std::ofstream(out_dir + "/capacity.json") << j;
+
+  // --- plot data and gnuplot script ---
+  {
+    std::ofstream dat(out_dir + "/capacity.dat");
+    for (const System& s : systems) {
+      dat << "# " << s.name << ": clients jobs_per_s start_p50_ms start_p99_ms first_p50_ms first_p99_ms\n";
+      for (const Level* l : of(s.name)) {
+        dat << fmt::format("{} {} {} {} {} {}\n", l->clients, num(l->jobs_per_s(), 3), num(percentile(l->own_start(), 0.5)),
+                           num(percentile(l->own_start(), 0.99)), num(l->first_p50()), num(percentile(l->first_ms, 0.99)));
+      }
+      dat << "\n\n";
+    }
+  }
+  {
+    std::string lat, thr;
+    const char* colors[] = {"#1b6ac9", "#d9480f", "#2b8a3e"};
+    for (size_t i = 0; i < systems.size(); ++i) {
+      const std::string& n = systems[i].name;
+      const char* c = colors[i % 3];
+      if (n == "motor") {
+        lat += fmt::format("'capacity.dat' index {} using 1:3 with linespoints lw 2 lc rgb '{}' title 'motor start p50 (started)', ", i, c);
+        lat += fmt::format("'' index {} using 1:4 with linespoints lw 2 dt 2 lc rgb '{}' title 'motor start p99', ", i, c);
+        lat += fmt::format("'' index {} using 1:5 with linespoints lw 1 dt 3 pt 6 lc rgb '{}' title 'motor first byte p50', ", i, c);
+      } else {
+        lat += fmt::format("'' index {} using 1:5 with linespoints lw 2 lc rgb '{}' title '{} first byte p50', ", i, c, n);
+        lat += fmt::format("'' index {} using 1:6 with linespoints lw 2 dt 2 lc rgb '{}' title '{} first byte p99', ", i, c, n);
+      }
+      thr += fmt::format("{}index {} using 1:2 with linespoints lw 2 lc rgb '{}' title '{}', ", i ? "'' " : "'capacity.dat' ", i, c, n);
+    }
+    lat.resize(lat.size() - 2);
+    thr.resize(thr.size() - 2);
+    std::ofstream gp(out_dir + "/capacity.gp");
+    gp << fmt::format(
+        "# gnuplot capacity.gp (run in this directory): capacity.svg\n"
+        "set terminal svg size 1200,500 dynamic font 'sans,11'\n"
+        "set output 'capacity.svg'\n"
+        "set multiplot layout 1,2 title \"Motor capacity: {} CPUs, {}, load {} before / {} after, {} s per level\"\n"
+        "set logscale x 2\nset xtics ({})\nset xlabel 'concurrent clients'\nset grid\nset key top left font ',9'\n"
+        "set logscale y\nset ylabel 'start latency (ms)'\nset title 'start latency'\nplot {}\n"
+        "unset logscale y\nset yrange [0:*]\nset ylabel 'jobs per second'\nset title 'sustained throughput (jobs/s)'\nplot {}\n"
+        "unset multiplot\n",
+        usable_cpus, kernel, load_before.substr(0, load_before.find(' ')), load_after.substr(0, load_after.find(' ')), seconds,
+        fmt::join(levels, ","), lat, thr);
+  }
+  std::string plot_note;
+  if (access("/usr/bin/gnuplot", X_OK) == 0) {
+    auto r = motor::test::run_program({"/bin/sh", "-c", "cd '" + out_dir + "' && /usr/bin/gnuplot capacity.gp"});
+    plot_note = r.exit_code == 0 ? out_dir + "/capacity.svg" : "gnuplot failed: " + trim(r.err);
+  } else {
+    plot_note = "not drawn: gnuplot is not installed (bench/setup installs gnuplot-nox)";
+  }
+  fmt::print("\njson: {}/capacity.json\nplot: {}\n", out_dir, plot_note);
   return 0;
 }

@@ -215,6 +215,14 @@ Status Runner::recover() {
       continue;
     }
     if (pj.state == "queued") {
+      // state.json is written asynchronously: a job may have started (and logged `started`)
+      // after its last save said "queued". Then it is accounted for like a running one.
+      if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes); log && log->last_seq() > 0) {
+        pj.state = "running";
+        pj.cgroup = "job-" + pj.job_id;
+      }
+    }
+    if (pj.state == "queued") {
       // It never started: the restart ends it as cancelled before start.
       protocol::TerminalRecord t;
       t.job_id = pj.job_id;
