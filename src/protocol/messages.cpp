@@ -400,6 +400,7 @@ std::string encode_terminal(const TerminalRecord& r) {
   w.field("refusal_detail", r.refusal_detail).field("retry_after_ms", r.retry_after_ms);
   w.field_null("pipestatus");
   w.field("oom_killed", r.oom_killed).field("platform", r.platform).field("network", r.network);
+  if (!r.cpus.empty()) w.field("cpus", r.cpus).field("cpus_shared", r.cpus_shared);
   w.end_object();
   return w.take();
 }

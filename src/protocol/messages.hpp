@@ -110,6 +110,8 @@ struct TerminalRecord {
   std::optional<std::string> refusal_detail;
   std::optional<int64_t> retry_after_ms;
   bool oom_killed = false;            // (ext)
+  std::string cpus;                   // (ext) the cpuset the job ran on ("" if it never ran)
+  bool cpus_shared = false;           // (ext) its cores were shared (an oversubscribed host)
   std::string platform = "linux";
   std::string network = "offline";
 };

@@ -93,6 +93,8 @@ job_log_max_size = 1G
 client_buffer_size = 1M
 # Finished jobs whose records and logs are kept.
 finished_jobs_kept = 1000
+# Seconds a finished job's output history is kept; after that an attach answers history_expired.
+job_log_max_age_s = 604800
 
 # --- Sessions and shutdown --------------------------------------------------------------------
 
@@ -324,7 +326,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 33> kKeys = {{
+const std::array<KeySpec, 34> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -486,6 +488,8 @@ const std::array<KeySpec, 33> kKeys = {{
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 30, c.client_buffer_bytes);
      }},
+    {"job_log_max_age_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, kYear, c.job_log_max_age_s); }},
     {"finished_jobs_kept", false,
      [](Config& c, Value& v) {
        return to_whole(v.scalar, kWhole, 0, 1000000, c.finished_jobs_kept);

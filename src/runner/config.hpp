@@ -59,6 +59,9 @@ struct Config {
   int64_t job_log_max_bytes = int64_t{1} << 30;
   int64_t client_buffer_bytes = 1 << 20;
   int64_t finished_jobs_kept = 1000;
+  // A finished job's output history is deleted this long after the job ended (its record stays
+  // until finished_jobs_kept pushes it out; an attach then answers history_expired).
+  int64_t job_log_max_age_s = 7 * 86400;
 
   // Sessions.
   int64_t max_sessions = 1024;

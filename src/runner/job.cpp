@@ -60,6 +60,7 @@ void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string>
   terminal_json_ = protocol::encode_terminal(t);
   if (log_) append_record(terminal_json_);
   state_ = State::kFinished;
+  finished_at_ms_ = now_ms();
   log_job(id_, "ended before it started: {}", terminal_json_);
   pump_all();
   runner_.job_finished(*this);
@@ -80,6 +81,7 @@ std::unique_ptr<Job> Job::restore(Runner& runner, std::string id, std::string ca
   job->created_at_ms_ = created_at_ms;
   job->terminal_json_ = std::move(terminal_json);
   job->state_ = State::kFinished;
+  job->finished_at_ms_ = created_at_ms;  // a restored job's end is not recorded: its creation bounds it
   return job;
 }
 
@@ -215,6 +217,7 @@ void Job::confirm_started() {
   }
   started_at_ms_ = now_ms();
   append_record(protocol::encode_started(log_->last_seq() + 1, queue_wait_ms_, started_at_ms_));
+  runner_.job_started(static_cast<double>(uv_hrtime() - queued_hr_ns_) / 1e9);
   if (exec_failed) {
     // As a shell reports a command it cannot run: a message on stderr and exit status 127.
     (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
@@ -350,6 +353,8 @@ void Job::finish() {
   t.killed = killed_;
   t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
   t.queue_wait_ms = queue_wait_ms_;
+  t.cpus = cpus_.list();
+  t.cpus_shared = cpus_.overlapping;
   t.oom_killed = cgroup_->oom_killed();
   const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
   if (refused) {
@@ -389,6 +394,7 @@ void Job::finish() {
   stdout_.reset();
   stderr_.reset();
   state_ = State::kFinished;
+  finished_at_ms_ = now_ms();
   log_job(id_, "finished: {}", terminal_json_);
   pump_all();
   runner_.job_finished(*this);
@@ -400,6 +406,12 @@ void Job::append_record(const std::string& json) {
     return;
   }
   pump_all();
+}
+
+void Job::expire_history() {
+  if (state_ != State::kFinished || has_followers()) return;
+  log_.reset();
+  runner_.remove_history(id_);
 }
 
 Status Job::open_log_for_replay() {
@@ -480,11 +492,10 @@ void Job::pump(Follower& f) {
       record = protocol::encode_output(e.seq, e.kind == JobLog::Kind::kStdout ? "stdout" : "stderr", e.payload, truncated);
     }
     session.send(protocol::with_request_id(request_id, record));
-    if (state_ == State::kFinished && e.seq == log_->last_seq()) {
-      done = true;  // the terminal record went out
-      break;
-    }
   }
+  // Once the job is finished and this follower has had its last record (the terminal one), the
+  // follow is over, however that record reached it.
+  if (state_ == State::kFinished && f.cursor.next_seq > log_->last_seq()) done = true;
   if (done) {
     std::erase(session.followed_jobs(), id_);
     std::erase_if(followers_, [&](const Follower& g) { return g.session == &session && g.request_id == request_id; });

@@ -68,6 +68,9 @@ class Job {
   void follow(Session& session, int64_t request_id, int64_t from_seq);
   void unfollow(Session& session);
   void session_drained(Session& session);
+  // Deletes the job's output history (age limit); an attach then answers history_expired.
+  void expire_history();
+  int64_t finished_at_ms() const { return finished_at_ms_; }
 
   const std::string& id() const { return id_; }
   const std::string& caller() const { return caller_; }
@@ -124,6 +127,7 @@ class Job {
   State state_ = State::kQueued;
   uint64_t queued_hr_ns_ = 0;
   int64_t queue_wait_ms_ = 0;
+  int64_t finished_at_ms_ = 0;
   int64_t created_at_ms_ = 0;
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <chrono>
@@ -41,6 +42,7 @@ constexpr int64_t kRetryWhenDiskFullMs = 60000;
 constexpr uint64_t kExitFlushMs = 2000;
 constexpr size_t kListLimit = 500;
 constexpr uint64_t kMetricsEveryMs = 15000;
+constexpr uint64_t kHistorySweepMs = 3600 * 1000;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
 
@@ -175,6 +177,13 @@ Status Runner::start() {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
   }
   if (auto s = listen(); !s) return s;
+  // Output histories past their age are deleted now and then (and once at start).
+  uv_timer_init(loop_, history_timer_.get());
+  history_timer_.initialized(this);
+  uv_timer_start(history_timer_.get(), [](uv_timer_t* h) {
+    if (auto* self = reactor::owner_of<Runner>(h)) self->expire_histories();
+  }, 0, std::min<uint64_t>(kHistorySweepMs, static_cast<uint64_t>(config_.job_log_max_age_s) * 1000 / 2 + 1));
+  uv_unref(history_timer_.handle());
   if (!config_.metrics_file.empty()) {
     uv_timer_init(loop_, metrics_timer_.get());
     metrics_timer_.initialized(this);
@@ -488,7 +497,12 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
         r.id, "bad_request", fmt::format("memory {} bytes is over this runner's maximum of {} bytes", memory,
                                          std::min(config_.max_memory_bytes, memory_budget_))));
   }
-  const int64_t cpus = p.cpus.value_or(config_.default_cpus);
+  // weight_hint scales the default claim (within 1 .. the host's CPUs) when cpus is not given.
+  int64_t cpus = p.cpus.value_or(config_.default_cpus);
+  if (!p.cpus && p.weight_hint && *p.weight_hint > 0) {
+    cpus = std::clamp<int64_t>(std::llround(static_cast<double>(config_.default_cpus) * *p.weight_hint), 1,
+                               static_cast<int64_t>(cpu_claims_.cpu_count()));
+  }
   if (cpus > static_cast<int64_t>(cpu_claims_.cpu_count())) {
     return session.send(protocol::encode_error(
         r.id, "bad_request", fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count())));
@@ -929,6 +943,22 @@ void Runner::job_finished(Job& job) {
   update_status();
   answer_drain_waiters();
   if (shutting_down_) maybe_exit();
+}
+
+void Runner::remove_history(const std::string& job_id) {
+  log_info("job {}: output history older than {} s deleted", job_id, config_.job_log_max_age_s);
+  remove_job_dir(job_dir(job_id));
+}
+
+void Runner::expire_histories() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  for (auto& [id, job] : jobs_) {
+    if (job->state() != Job::State::kFinished) continue;
+    if (now - job->finished_at_ms() < config_.job_log_max_age_s * 1000) continue;
+    struct stat st {};
+    if (stat(job_dir(id).c_str(), &st) == 0) job->expire_history();
+  }
 }
 
 void Runner::evict_finished() {

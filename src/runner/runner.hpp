@@ -55,6 +55,8 @@ class Runner {
   // must not pay it 20 times. `then` runs once the change is durable.
   void request_save(std::function<void()> then = nullptr);
   void job_finished(Job& job);
+  void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
+  void remove_history(const std::string& job_id);
 
  private:
   Status recover();
@@ -118,6 +120,8 @@ class Runner {
   int64_t memory_budget_ = 0;  // host memory minus the reserve
   Metrics metrics_;
   reactor::UvHandle<uv_timer_t> metrics_timer_;
+  reactor::UvHandle<uv_timer_t> history_timer_;
+  void expire_histories();
   std::vector<std::function<void()>> after_save_;
   StateWriter state_writer_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time

@@ -1,6 +1,8 @@
 // Attach, replay and resume; direct jobs and their one-time secrets.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +297,55 @@ TEST_F(RunnerAttach, AttachAfterARestartReplaysAFinishedJob) {
   auto r = runner_->client({"attach", job});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "before restart\n");
+}
+
+}  // namespace
+}  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+TEST_F(RunnerAttach, HistoryOlderThanItsAgeAnswersHistoryExpired) {
+  RunnerProcess aging("job_log_max_age_s = 1\n");
+  ASSERT_TRUE(aging.start());
+  RawClient c(aging.socket());
+  ASSERT_TRUE(c.send_frame(run_frame(1, "echo old", false)));
+  auto accepted = c.read_frame();
+  ASSERT_TRUE(accepted);
+  const std::string job = json_field(*accepted, "/job_id");
+  read_stream(c);
+  EXPECT_EQ(aging.client({"attach", job}).out, "old\n");  // still there
+  std::this_thread::sleep_for(2500ms);                     // the sweep runs every ~0.5 s here
+  auto r = aging.client({"attach", job, "--json"});
+  EXPECT_NE(r.out.find("\"history_expired\""), std::string::npos) << r.out;
+  EXPECT_EQ(json_field(aging.client({"status", job, "--json"}).out, "/result/state"), "finished");  // the record stays
+}
+
+TEST_F(RunnerAttach, RunReattachesByItselfAndNeverRerunsTheJob) {
+  // The job leaves one line per run in its workspace; the runner dies mid-job and comes back.
+  const std::string ws = runner_->workspace("default");
+  pid_t client = fork();
+  if (client == 0) {
+    const int out = ::open((runner_->dir() + "/client.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, 1);
+    dup2(out, 2);
+    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner_->socket().c_str(), "run", "-c",
+          "echo ran >> /workspace/runs; echo started; sleep 30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && read_file(ws + "/runs").empty(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(read_file(ws + "/runs"), "ran\n");
+  std::this_thread::sleep_for(200ms);
+  runner_->kill9();
+  ASSERT_TRUE(runner_->start());
+  int status = 0;
+  for (int i = 0; i < 1000 && waitpid(client, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(WIFEXITED(status)) << read_file(runner_->dir() + "/client.out");
+  EXPECT_EQ(WEXITSTATUS(status), 70);  // outcome_unknown: the job died with the runner
+  const std::string out = read_file(runner_->dir() + "/client.out");
+  EXPECT_NE(out.find("outcome is unknown"), std::string::npos) << out;
+  EXPECT_EQ(read_file(ws + "/runs"), "ran\n");  // exactly once
+  EXPECT_EQ(out.find("started\nstarted"), std::string::npos);  // and no record twice
 }
 
 }  // namespace
