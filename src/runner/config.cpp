@@ -82,6 +82,9 @@ metrics_file = ""
 max_argument_size = 256K
 # motor-init, PID 1 of every job's sandbox. Empty: the motor-init beside motor-runner.
 init_path = ""
+# Shared caches every job sees read-only at the same path (Cargo registry, git sources, compile
+# cache). Absolute paths that exist; "" for none.
+cache_paths = ""
 # Size cap of each job's private /tmp (a tmpfs).
 job_tmp_size = 1G
 
@@ -326,7 +329,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 34> kKeys = {{
+const std::array<KeySpec, 35> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -478,6 +481,17 @@ const std::array<KeySpec, 34> kKeys = {{
      [](Config& c, Value& v) -> std::optional<std::string> {
        if (!v.scalar.empty() && v.scalar.front() != '/') return "expected an absolute path, got " + shown(v.scalar);
        c.init_path = v.scalar;
+       return std::nullopt;
+     }},
+    {"cache_paths", true,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       std::vector<std::string> paths;
+       for (auto& item : v.items) {
+         if (item.empty()) continue;
+         if (auto err = check_absolute_dir(item, false)) return err;
+         paths.push_back(item);
+       }
+       c.cache_paths = std::move(paths);
        return std::nullopt;
      }},
     {"job_tmp_size", false,

@@ -53,6 +53,9 @@ struct Config {
   // The job sandbox: motor-init's path (empty: beside the motor-runner executable) and the
   // size cap of each job's private /tmp.
   std::string init_path;
+  // Shared caches (Cargo registry, git sources, compile cache): host paths every job sees
+  // read-only at the same path.
+  std::vector<std::string> cache_paths;
   int64_t job_tmp_bytes = int64_t{1} << 30;
 
   // Output history kept per job on disk, and per client in flight (backpressure bound).

@@ -45,6 +45,7 @@ constexpr uint64_t kMetricsEveryMs = 15000;
 constexpr uint64_t kHistorySweepMs = 3600 * 1000;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
+constexpr const char* kSiblingsInJob = "/siblings";
 
 Status make_dir(const std::string& path, mode_t mode) {
   // Missing parents are created root-owned 0755, like mkdir -p.
@@ -139,6 +140,12 @@ Status Runner::start() {
     if (n > 0) {
       std::string exe(self, static_cast<size_t>(n));
       init_path_ = exe.substr(0, exe.rfind('/')) + "/motor-init";
+    }
+  }
+  for (const auto& cache : config_.cache_paths) {
+    struct stat st {};
+    if (stat(cache.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return make_error("config", fmt::format("cache_paths: {} is not a directory; create it or remove it from the config", cache));
     }
   }
   if (access(init_path_.c_str(), X_OK) != 0) {
@@ -706,6 +713,18 @@ void Runner::start_next() {
   box.user_name = job_account_.name;
   box.group_name = job_group_name_;
   box.init_path = init_path_;
+  // Shared caches: read-only at their own paths. Sibling workspaces of the same caller:
+  // read-only at /siblings/<key>.
+  for (const auto& cache : config_.cache_paths) box.read_only.push_back({cache, cache});
+  for (const auto& sibling : p.siblings) {
+    if (auto s = workspace::validate_workspace_key(sibling); !s) return refuse("workspace_key_rejected", s.error().message);
+    const std::string dir = config_.effective_workspace_root() + "/" + job.caller() + "/" + sibling;
+    struct stat sst {};
+    if (sibling == p.workspace_key || lstat(dir.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+      return refuse("workspace_setup_failed", "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)");
+    }
+    box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
+  }
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return refuse("workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
