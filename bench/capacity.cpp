@@ -78,6 +78,12 @@ constexpr JobKind kKinds[] = {
      "a job with its own memory cap (16 MB held under a 256 MiB cap)"},
 };
 constexpr size_t kKindCount = std::size(kKinds);
+
+// --job-nice N (an experiment, off by default): every job first lowers its own CPU priority, in
+// every system alike, to see how much of the runner's start latency is CPU contention with its
+// own jobs (jobs run at the runner's priority and, on cgroup v1, outside any cpu controller).
+std::string g_job_prefix;
+std::string job_command(size_t kind) { return g_job_prefix + kKinds[kind].command; }
 constexpr int64_t kMemcapBytes = 256LL << 20;
 
 std::string json_escape(std::string_view s) {
@@ -180,6 +186,14 @@ double process_cpu_seconds(pid_t pid) {
   }
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
+// The loop thread's (the process's main thread) time on a CPU and time runnable but waiting for
+// one, in seconds (/proc/<pid>/schedstat: run ns, run-queue wait ns, timeslices).
+std::pair<double, double> sched_run_wait_seconds(pid_t pid) {
+  std::istringstream in(read_file(fmt::format("/proc/{}/schedstat", pid)));
+  double run = 0, wait = 0;
+  in >> run >> wait;
+  return {run / 1e9, wait / 1e9};
+}
 double process_rss_mib(pid_t pid) {
   const std::string text = read_file(fmt::format("/proc/{}/status", pid));
   const size_t at = text.find("\nVmRSS:");
@@ -197,6 +211,7 @@ struct JobResult {
   double first_ms = NAN;      // request / spawn -> the first output byte (all systems)
   double wall_ms = NAN;       // request / spawn -> terminal record / exit
   double queue_wait_ms = NAN; // motor only: `started.queue_wait_ms`
+  double begin_s = 0, end_s = 0;  // submitted / ended, seconds from the level's start
 };
 
 // What a system needs to run one job of the mix. `running` counts jobs between their start
@@ -208,7 +223,7 @@ std::string motor_request(size_t kind, int id) {
   const JobKind& k = kKinds[kind];
   std::string memory = k.memory ? fmt::format(R"(,"memory":"{}")", k.memory) : "";
   return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"{}","timeout":600{}}}}})", id,
-                     json_escape(k.command), memory);
+                     json_escape(job_command(kind)), memory);
 }
 
 JobResult motor_job(const std::string& socket, size_t kind, int id, Clock::time_point deadline,
@@ -430,7 +445,7 @@ class PeerCgroups {
 };
 
 JobResult bwrap_job(PeerCgroups& cgroups, size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
-  Spawn s{bwrap_argv(kKinds[kind].command), -1};
+  Spawn s{bwrap_argv(job_command(kind)), -1};
   std::string cg;
   if (kKinds[kind].memory) std::tie(cg, s.cgroup_procs_fd) = cgroups.make(kMemcapBytes);
   JobResult r = spawn_job(s, kind, deadline, running);
@@ -474,7 +489,7 @@ std::vector<std::string> podman_argv(const std::string& rootfs, size_t kind) {
                              "--network",       "none",      "--volume", "/usr:/usr:ro",      "--workdir",
                              "/tmp"};
   if (kKinds[kind].memory) a.insert(a.end(), {"--memory", "256m", "--memory-swap", "256m"});
-  a.insert(a.end(), {"--rootfs", rootfs, "/bin/sh", "-c", kKinds[kind].command});
+  a.insert(a.end(), {"--rootfs", rootfs, "/bin/sh", "-c", job_command(kind)});
   return a;
 }
 
@@ -485,6 +500,7 @@ struct Level {
   double seconds = 0;   // the level's window
   double elapsed = 0;   // window + the drain of jobs in flight
   int completed = 0;    // ok and finished in the window
+  double work_in_window = 0;  // sum over ok jobs of the share of each job's time inside the window
   int finished = 0;     // every job that ended (in or after the window)
   std::map<std::string, int> failures;
   std::vector<double> start_ms, first_ms, wall_ms, queue_wait_ms;
@@ -492,10 +508,20 @@ struct Level {
   double avg_running = 0;
   double host_cpu_s = 0;
   // motor only
-  double runner_cpu_s = NAN, runner_rss_mean = NAN, runner_rss_peak = NAN, stall_us = NAN;
+  double runner_cpu_s = NAN, runner_rss_before = NAN, runner_rss_mean = NAN, runner_rss_peak = NAN, stall_us = NAN;
+  std::map<std::string, std::vector<double>> slow_calls;  // what the runner logged as stalling its loop, ms
+  // The runner's own view, from runner.status every 250 ms: jobs it counts as running, its queue
+  // depth, and CPUs claimed (means; queue depth also its maximum).
+  double status_running = NAN, status_queue = NAN, status_queue_max = NAN, status_cpus_claimed = NAN;
+  // The loop thread's run-queue wait over the level, in % of the level's time: how long the
+  // runner was ready to work but had no CPU (the scheduler, not the runner's own code).
+  double runner_runq_wait_pct = NAN;
   double load1_after = 0;
 
-  double jobs_per_s() const { return seconds > 0 ? completed / seconds : 0; }
+  // Sustained throughput: jobs' worth of work done inside the window (a job that straddles the
+  // window's end counts for the share of its time inside it), per second of window. Unlike
+  // "finished inside the window", this does not drop to 0 when jobs take longer than the window.
+  double jobs_per_s() const { return seconds > 0 ? work_in_window / seconds : 0; }
   int failed() const {
     int n = 0;
     for (const auto& [reason, count] : failures) n += count;
@@ -505,7 +531,30 @@ struct Level {
   double first_p50() const { return percentile(first_ms, 0.5); }
   // The start figure of the system itself: motor's `started`, the peers' first byte.
   const std::vector<double>& own_start() const { return system == "motor" ? start_ms : first_ms; }
+  double host_busy_cores() const { return elapsed > 0 ? host_cpu_s / elapsed : 0; }
+  // The runner's memory per running job: growth over its idle RSS just before the level (so
+  // finished jobs kept from earlier levels do not count), per average running job.
+  double runner_mib_per_running_job() const {
+    return avg_running > 0 ? (runner_rss_mean - runner_rss_before) / avg_running : NAN;
+  }
 };
+
+// The runner logs "<what> stalled the loop for <N> ms" (reactor::SlowCall) for calls on its loop
+// that took 5 ms or more; collect them by <what>.
+void collect_slow_calls(std::string_view log, std::map<std::string, std::vector<double>>& out) {
+  constexpr std::string_view kMarker = " stalled the loop for ";
+  size_t pos = 0;
+  while ((pos = log.find(kMarker, pos)) != std::string_view::npos) {
+    const size_t line_start = log.rfind('\n', pos);
+    std::string_view head = log.substr(line_start == std::string_view::npos ? 0 : line_start + 1,
+                                       pos - (line_start == std::string_view::npos ? 0 : line_start + 1));
+    // "<time> motor-runner warning: <what>"
+    if (const size_t colon = head.find(": "); colon != std::string_view::npos) head = head.substr(colon + 2);
+    const double millis = std::atof(std::string(log.substr(pos + kMarker.size(), 32)).c_str());
+    out[std::string(head)].push_back(millis);
+    pos += kMarker.size();
+  }
+}
 
 double runner_stall_us(const std::string& socket, bool reset) {
   RawClient s(socket);
@@ -517,14 +566,21 @@ double runner_stall_us(const std::string& socket, bool reset) {
   return reply ? std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()) : NAN;
 }
 
-Level run_level(const std::string& system, int clients, double seconds, const RunOne& run_one, pid_t runner_pid,
-                const std::string& runner_socket) {
+Level run_level(const std::string& system, int clients, double seconds, const RunOne& run_one,
+                const RunnerProcess* runner) {
   Level level;
   level.system = system;
   level.clients = clients;
   level.seconds = seconds;
-  if (runner_pid > 0) runner_stall_us(runner_socket, true);
+  const pid_t runner_pid = runner ? runner->pid() : -1;
+  size_t log_offset = 0;
+  if (runner) {
+    runner_stall_us(runner->socket(), true);
+    level.runner_rss_before = process_rss_mib(runner_pid);
+    log_offset = runner->log().size();
+  }
   const double runner_cpu0 = runner_pid > 0 ? process_cpu_seconds(runner_pid) : 0;
+  const auto sched0 = runner_pid > 0 ? sched_run_wait_seconds(runner_pid) : std::pair<double, double>{};
   const double host0 = host_busy_seconds();
   std::mutex mu;
   std::vector<JobResult> results;
@@ -552,12 +608,46 @@ Level run_level(const std::string& system, int clients, double seconds, const Ru
     }
   });
 
+  // The runner's view of itself, sampled over the level.
+  double st_running = 0, st_queue = 0, st_queue_max = 0, st_claimed = 0;
+  int st_n = 0;
+  std::thread status_sampler;
+  if (runner) {
+    status_sampler = std::thread([&] {
+      simdjson::dom::parser parser;
+      while (!done) {
+        RawClient sc(runner->socket());
+        if (sc.send_frame(R"({"id":1,"method":"runner.status","params":{}})")) {
+          if (auto reply = sc.read_frame(std::chrono::milliseconds(5000))) {
+            simdjson::dom::element root;
+            simdjson::dom::array jobs;
+            uint64_t depth = 0;
+            double claimed = 0;
+            if (!parser.parse(*reply).get(root) && !root.at_pointer("/result/running_jobs").get_array().get(jobs) &&
+                !root.at_pointer("/result/queue_depth").get_uint64().get(depth) &&
+                !root.at_pointer("/result/cpus_claimed").get_double().get(claimed)) {
+              st_running += static_cast<double>(jobs.size());
+              st_queue += static_cast<double>(depth);
+              st_queue_max = std::max(st_queue_max, static_cast<double>(depth));
+              st_claimed += claimed;
+              ++st_n;
+            }
+          }
+        }
+        for (int i = 0; i < 25 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       size_t kind = static_cast<size_t>(c) % kKindCount;
       while (Clock::now() < deadline) {
+        const double begin = std::chrono::duration<double>(Clock::now() - t0).count();
         JobResult r = run_one(kind, deadline, running);
+        r.begin_s = begin;
+        r.end_s = std::chrono::duration<double>(Clock::now() - t0).count();
         const bool failed = !r.ok;
         {
           std::lock_guard lock(mu);
@@ -571,14 +661,24 @@ Level run_level(const std::string& system, int clients, double seconds, const Ru
   for (auto& t : threads) t.join();
   done = true;
   sampler.join();
+  if (status_sampler.joinable()) status_sampler.join();
+  if (st_n > 0) {
+    level.status_running = st_running / st_n;
+    level.status_queue = st_queue / st_n;
+    level.status_queue_max = st_queue_max;
+    level.status_cpus_claimed = st_claimed / st_n;
+  }
   level.elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   level.host_cpu_s = host_busy_seconds() - host0;
   level.avg_running = running_n ? running_sum / running_n : 0;
   if (runner_pid > 0) {
     level.runner_cpu_s = process_cpu_seconds(runner_pid) - runner_cpu0;
+    level.runner_runq_wait_pct = 100.0 * (sched_run_wait_seconds(runner_pid).second - sched0.second) / level.elapsed;
     level.runner_rss_mean = rss_n ? rss_sum / rss_n : NAN;
     level.runner_rss_peak = rss_n ? rss_peak : NAN;
-    level.stall_us = runner_stall_us(runner_socket, false);
+    level.stall_us = runner_stall_us(runner->socket(), false);
+    const std::string log = runner->log();
+    if (log.size() > log_offset) collect_slow_calls(std::string_view(log).substr(log_offset), level.slow_calls);
   }
   level.load1_after = load1();
   for (const JobResult& r : results) {
@@ -588,6 +688,9 @@ Level run_level(const std::string& system, int clients, double seconds, const Ru
       continue;
     }
     if (r.in_window) ++level.completed;
+    if (r.end_s > r.begin_s) {
+      level.work_in_window += std::max(0.0, std::min(r.end_s, seconds) - r.begin_s) / (r.end_s - r.begin_s);
+    }
     if (std::isfinite(r.start_ms)) level.start_ms.push_back(r.start_ms);
     if (std::isfinite(r.first_ms)) level.first_ms.push_back(r.first_ms);
     if (std::isfinite(r.queue_wait_ms)) level.queue_wait_ms.push_back(r.queue_wait_ms);
@@ -623,7 +726,7 @@ int latency_bounded_level(const std::vector<const Level*>& ls) {
   const double base = percentile(ls.front()->own_start(), 0.5);
   int ok = 0;
   for (const Level* l : ls) {
-    if (l->failed() > 0 || l->completed == 0 || !std::isfinite(base)) break;
+    if (l->failed() > 0 || l->work_in_window <= 0 || !std::isfinite(base)) break;
     if (percentile(l->own_start(), 0.5) > 2 * base || percentile(l->own_start(), 0.99) > 4 * base) break;
     ok = l->clients;
   }
@@ -658,6 +761,9 @@ int main(int argc, char** argv) {
     } else if (a == "--runner-config") {
       runner_config = value();
       if (!runner_config.empty() && runner_config.back() != '\n') runner_config += '\n';
+    } else if (a == "--job-nice") {
+      const int n = std::atoi(value().c_str());
+      if (n > 0) g_job_prefix = fmt::format("renice -n {} -p $$ >/dev/null; ", n);
     } else if (a == "--peers") {
       const std::string p = value();
       want_bwrap = p.find("bwrap") != std::string::npos;
@@ -665,7 +771,8 @@ int main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       fmt::print(
           "usage: {} [seconds-per-level (8)] [--levels 1,2,4,8,16] [--out DIR (capacity-report)]\n"
-          "          [--runner-config TEXT (\"cpu_oversubscription = 8\\ndefault_memory = 1G\")] [--peers bwrap,podman|none]\n",
+          "          [--runner-config TEXT (\"cpu_oversubscription = 8\\ndefault_memory = 1G\")] [--peers bwrap,podman|none]\n"
+          "          [--job-nice N (experiment: every job renices itself by N first)]\n",
           argv[0]);
       return 0;
     } else {
@@ -719,6 +826,7 @@ int main(int argc, char** argv) {
   std::replace(cfg_line.begin(), cfg_line.end(), '\n', ';');
   fmt::print("runner: motor-runner {} with config: {} (plus the harness's cgroup_parent and job_log_max_size = 64M)\n",
              runner_version, cfg_line);
+  if (!g_job_prefix.empty()) fmt::print("EXPERIMENT: every job first runs `{}`\n", g_job_prefix);
   fmt::print("job mix, each client in turn from its own offset:");
   for (const JobKind& k : kKinds) fmt::print(" {}{}", k.name, k.memory ? fmt::format(" (memory {})", k.memory) : "");
   fmt::print("\n");
@@ -728,7 +836,7 @@ int main(int argc, char** argv) {
   struct System {
     std::string name;
     RunOne run;
-    pid_t runner_pid = -1;
+    const RunnerProcess* runner = nullptr;
     std::string note;
   };
   std::vector<System> systems;
@@ -736,7 +844,7 @@ int main(int argc, char** argv) {
                      [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
                        return motor_job(runner.socket(), kind, next_id++, deadline, running);
                      },
-                     runner.pid(), "request -> `started` record (start); -> first output record (first byte)"});
+                     &runner, "request -> `started` record (start); -> first output record (first byte)"});
 
   PeerCgroups peer_cgroups;
   std::string bwrap_status = "skipped: not asked for (--peers)";
@@ -754,7 +862,7 @@ int main(int argc, char** argv) {
                          [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
                            return bwrap_job(peer_cgroups, kind, deadline, running);
                          },
-                         -1, "spawn -> first output byte"});
+                         nullptr, "spawn -> first output byte"});
     }
   }
   PodmanRoot podman_root;
@@ -773,7 +881,7 @@ int main(int argc, char** argv) {
                          [&](size_t kind, Clock::time_point deadline, std::atomic<int>& running) {
                            return spawn_job(Spawn{podman_argv(podman_root.dir(), kind), -1}, kind, deadline, running);
                          },
-                         -1, "spawn -> first output byte"});
+                         nullptr, "spawn -> first output byte"});
     }
   }
   fmt::print("bwrap: {}\npodman: {}\n", bwrap_status, podman_status);
@@ -799,12 +907,13 @@ int main(int argc, char** argv) {
   for (int clients : levels) {
     for (const System& s : systems) {
       fmt::print(stderr, "  level {:>2} clients: {}...\n", clients, s.name);
-      results.push_back(run_level(s.name, clients, seconds, s.run, s.runner_pid, runner.socket()));
+      results.push_back(run_level(s.name, clients, seconds, s.run, s.runner));
     }
   }
   const double runner_rss_end = process_rss_mib(runner.pid());
   const std::string load_after = loadavg();
   runner.stop();
+  motor::test::write_file(out_dir + "/runner.log", runner.log());
 
   auto of = [&](const std::string& system) {
     std::vector<const Level*> v;
@@ -827,40 +936,51 @@ int main(int argc, char** argv) {
     const double b_thr = b.jobs_per_s(), b_s50 = percentile(b.own_start(), 0.5);
     const double b_cpu = percentile(b.wall_ms_by_kind[1], 0.5);
     fmt::print("\n{}: start = {}; x = ratio to its {}-client level\n", s.name, s.note, b.clients);
-    fmt::print("{:>7} {:>5} {:>7} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} | {:>9} {:>7} | {:>7} {:>7} | {}\n", "clients",
+    fmt::print("{:>7} {:>5} {:>7} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} | {:>9} {:>7} | {:>7} {:>10} | {}\n", "clients",
                "done", "jobs/s", "x", "start p50", "start p99", "x p50", "x p99", "1st-byte50", "1st-byte99", "wall p50",
-               "cpu-job x", "running", "hostCPU", "failures");
+               "cpu-job x", "running", "host busy", "failures");
     for (const Level* l : ls) {
       std::string failures;
       for (const auto& [reason, count] : l->failures) failures += fmt::format("{}{}={}", failures.empty() ? "" : " ", reason, count);
       const double s50 = percentile(l->own_start(), 0.5), s99 = percentile(l->own_start(), 0.99);
-      fmt::print("{:>7} {:>5} {:>7.2f} {:>6} | {:>7}ms {:>7}ms {:>6} {:>6} | {:>7}ms {:>7}ms | {:>7}ms {:>9} | {:>7.2f} {:>5.2f}s/j | {}\n",
+      fmt::print("{:>7} {:>5} {:>7.2f} {:>6} | {:>7}ms {:>7}ms {:>6} {:>6} | {:>7}ms {:>7}ms | {:>7}ms {:>9} | {:>7.2f} {:>4.2f} cores | {}\n",
                  l->clients, l->completed, l->jobs_per_s(), ratio(l->jobs_per_s(), b_thr), ms(s50), ms(s99), ratio(s50, b_s50),
                  ratio(s99, b_s50), ms(l->first_p50()), ms(percentile(l->first_ms, 0.99)), ms(percentile(l->wall_ms, 0.5)),
                  ratio(percentile(l->wall_ms_by_kind[1], 0.5), b_cpu), l->avg_running,
-                 l->completed ? l->host_cpu_s / l->finished : NAN, failures.empty() ? "none" : failures);
+                 l->host_busy_cores(), failures.empty() ? "none" : failures);
     }
   }
 
   // motor's own cost.
   const auto motor_levels = of("motor");
   fmt::print("\nmotor-runner's own cost (idle RSS after warm-up {:.1f} MiB):\n", runner_rss_idle);
-  fmt::print("{:>7} | {:>9} {:>9} | {:>9} {:>11} | {:>8} {:>8} {:>13} | {:>10} {:>11} | {:>6}\n", "clients", "qwait p50",
-             "qwait p99", "CPU %core", "%core/job", "RSS avg", "RSS peak", "MiB/run. job", "loop stall", "stall/start", "load1");
+  fmt::print("{:>7} | {:>9} {:>9} | {:>9} {:>11} | {:>8} {:>8} {:>13} | {:>10} {:>11} | {:>6} | {}\n", "clients", "qwait p50",
+             "qwait p99", "CPU %core", "%core/job", "RSS avg", "RSS peak", "MiB/run. job", "loop stall", "stall/start", "load1",
+             "runner.status means: running, queued (max), CPUs claimed; loop thread's run-queue wait");
   const double motor_b_s50 = percentile(motor_levels.front()->start_ms, 0.5);
   for (const Level* l : motor_levels) {
     const double cpu_pct = 100.0 * l->runner_cpu_s / l->elapsed;
-    fmt::print("{:>7} | {:>7}ms {:>7}ms | {:>9.1f} {:>11} | {:>6.1f}Mi {:>6.1f}Mi {:>13} | {:>8.1f}ms {:>11} | {:>6.2f}\n",
+    fmt::print("{:>7} | {:>7}ms {:>7}ms | {:>9.1f} {:>11} | {:>6.1f}Mi {:>6.1f}Mi {:>13} | {:>8.1f}ms {:>11} | {:>6.2f} | {:.1f}, {:.1f} ({:.0f}), {:.1f}; {:.1f}% of the time\n",
                l->clients, ms(percentile(l->queue_wait_ms, 0.5)), ms(percentile(l->queue_wait_ms, 0.99)), cpu_pct,
                l->avg_running > 0 ? fmt::format("{:.2f}", cpu_pct / l->avg_running) : "-", l->runner_rss_mean,
                l->runner_rss_peak,
-               l->avg_running > 0 ? fmt::format("{:.2f}", (l->runner_rss_mean - runner_rss_idle) / l->avg_running) : "-",
-               l->stall_us / 1000.0, ratio(l->stall_us / 1000.0, motor_b_s50), l->load1_after);
+               l->avg_running > 0 ? fmt::format("{:.2f}", l->runner_mib_per_running_job()) : "-",
+               l->stall_us / 1000.0, ratio(l->stall_us / 1000.0, motor_b_s50), l->load1_after, l->status_running,
+               l->status_queue, l->status_queue_max, l->status_cpus_claimed, l->runner_runq_wait_pct);
+  }
+  fmt::print("calls the runner logged as stalling its loop (>= 5 ms), per level: what n=count p50/max ms\n");
+  for (const Level* l : motor_levels) {
+    std::string calls;
+    for (const auto& [what, v] : l->slow_calls) {
+      calls += fmt::format("{}{} n={} {:.0f}/{:.0f}", calls.empty() ? "" : "; ", what, v.size(), percentile(v, 0.5),
+                           *std::max_element(v.begin(), v.end()));
+    }
+    fmt::print("{:>7} | {}\n", l->clients, calls.empty() ? "none" : calls);
   }
 
   // motor against the peers, level by level (first output byte: the one start figure all share).
   if (systems.size() > 1) {
-    fmt::print("\nmotor against the peers at the same level (ratio motor / peer; < 1 means motor is faster / does less):\n");
+    fmt::print("\nmotor against the peers at the same level (ratio motor / peer: first-byte < 1 = motor's jobs begin sooner; jobs/s > 1 = motor completes more):\n");
     fmt::print("{:>7}", "clients");
     for (size_t i = 1; i < systems.size(); ++i) {
       fmt::print(" | {:>10} {:>10} {:>11}", "1st-byte50", "1st-byte99", "jobs/s");
@@ -923,7 +1043,9 @@ int main(int argc, char** argv) {
   {
     double worst = 0;
     for (const Level* l : motor_levels) {
-      if (l->avg_running >= 1) worst = std::max(worst, (l->runner_rss_peak - runner_rss_idle) / l->avg_running);
+      if (l->avg_running >= 1 && std::isfinite(l->runner_mib_per_running_job())) {
+        worst = std::max(worst, l->runner_mib_per_running_job());
+      }
     }
     runner_mib_per_job = worst;
   }
@@ -934,11 +1056,14 @@ int main(int argc, char** argv) {
   const double cpu_pct_per_job =
       knee_level && knee_level->avg_running > 0 ? 100.0 * knee_level->runner_cpu_s / knee_level->elapsed / knee_level->avg_running : NAN;
   const std::string rule = fmt::format(
-      "plan {:.1f} concurrent jobs per core for throughput (beyond {} at once this host completes no more), "
-      "{:.1f} per core where callers need starts within 2x of an idle runner's; memory per job = the job's cap "
-      "(what admission reserves: default_memory, or the request's `memory`) + {:.1f} MiB of runner memory per running "
-      "job; the runner itself costs {:.1f}% of a core per running job at the knee",
-      jobs_per_core_thr, knee, jobs_per_core_lat, std::max(runner_mib_per_job, 0.0), cpu_pct_per_job);
+      "plan {:.1f} concurrent jobs per core for throughput ({}), "
+      "{:.1f} per core where callers need starts within 2x of a single client's; memory per job = the job's cap "
+      "(what admission reserves: default_memory, or the request's `memory`) + {:.2f} MiB of runner memory per running "
+      "job; the runner itself costs {:.1f}% of a core per running job at that concurrency",
+      jobs_per_core_thr,
+      mv.saturated ? fmt::format("beyond {} at once this host completed no more", knee)
+                   : fmt::format("a lower bound: throughput still grew at {}, the highest level measured", knee),
+      jobs_per_core_lat, std::max(runner_mib_per_job, 0.0), cpu_pct_per_job);
   const std::string assumptions = fmt::format(
       "jobs like this mix (sub-second shell jobs: a quarter CPU-bound, a quarter output-heavy, a quarter under a 256 MiB "
       "cap); {} usable CPUs, load average {} before the run (other tenants' work shares the cores); runner config as "
@@ -949,7 +1074,8 @@ int main(int argc, char** argv) {
 
   // --- JSON ---
   std::string j = "{";
-  j += fmt::format(R"("seconds_per_level":{},"levels":[{}],)", seconds, fmt::join(levels, ","));
+  j += fmt::format(R"("seconds_per_level":{},"levels":[{}],"job_prefix":"{}",)", seconds, fmt::join(levels, ","),
+                   json_escape(g_job_prefix));
   j += fmt::format(
       R"("host":{{"online_cpus":{},"usable_cpus":{},"cpu_model":"{}","mem_total_kib":{},"mem_available_kib":{},"kernel":"{}","cgroup_layout":"{}","loadavg_before":"{}","loadavg_after":"{}"}},)",
       online, usable_cpus, json_escape(model), mem_total_kib, mem_avail_kib, json_escape(kernel), json_escape(cgroup_layout),
@@ -975,12 +1101,17 @@ int main(int argc, char** argv) {
       by_kind += fmt::format(R"({}"{}":{})", k ? "," : "", kKinds[k].name, num(percentile(l.wall_ms_by_kind[k], 0.5), 1));
     }
     const double cpu_pct = 100.0 * l.runner_cpu_s / l.elapsed;
+    std::string slow;
+    for (const auto& [what, v] : l.slow_calls) {
+      slow += fmt::format(R"({}"{}":{{"n":{},"p50_ms":{},"max_ms":{}}})", slow.empty() ? "" : ",", json_escape(what), v.size(),
+                          num(percentile(v, 0.5), 1), num(*std::max_element(v.begin(), v.end()), 1));
+    }
     j += fmt::format(
         R"({}{{"system":"{}","clients":{},"seconds":{},"elapsed_s":{},"completed":{},"finished":{},"jobs_per_s":{},"jobs_per_s_x":{},)"
         R"("start_ms_p50":{},"start_ms_p99":{},"start_p50_x":{},"start_p99_x":{},"first_output_ms_p50":{},"first_output_ms_p99":{},)"
         R"("wall_ms_p50":{},"wall_ms_p99":{},"wall_ms_p50_by_kind":{{{}}},"queue_wait_ms_p50":{},"queue_wait_ms_p99":{},)"
         R"("avg_running":{},"host_cpu_s_per_job":{},"runner_cpu_pct_core":{},"runner_cpu_pct_core_per_running_job":{},)"
-        R"("runner_rss_mib_mean":{},"runner_rss_mib_peak":{},"runner_mib_per_running_job":{},"loop_worst_stall_us":{},"load1_after":{},"failures":{{{}}},"samples":{}}})",
+        R"("runner_runqueue_wait_pct":{},"status_running_mean":{},"status_queue_depth_mean":{},"status_queue_depth_max":{},"status_cpus_claimed_mean":{},"runner_rss_mib_before":{},"runner_rss_mib_mean":{},"runner_rss_mib_peak":{},"runner_mib_per_running_job":{},"loop_worst_stall_us":{},"load1_after":{},"failures":{{{}}},"slow_calls":{{{}}},"samples":{}}})",
         first ? "" : ",", l.system, l.clients, l.seconds, num(l.elapsed, 2), l.completed, l.finished, num(l.jobs_per_s(), 3),
         ratio(l.jobs_per_s(), b.jobs_per_s()) == "-" ? "null" : ratio(l.jobs_per_s(), b.jobs_per_s()),
         num(percentile(l.own_start(), 0.5)), num(percentile(l.own_start(), 0.99)),
@@ -988,9 +1119,10 @@ int main(int argc, char** argv) {
         num(percentile(l.first_ms, 0.99)), num(percentile(l.wall_ms, 0.5), 1), num(percentile(l.wall_ms, 0.99), 1), by_kind,
         num(percentile(l.queue_wait_ms, 0.5), 1), num(percentile(l.queue_wait_ms, 0.99), 1), num(l.avg_running),
         num(l.finished ? l.host_cpu_s / l.finished : NAN, 3), num(cpu_pct, 1),
-        num(l.avg_running > 0 ? cpu_pct / l.avg_running : NAN), num(l.runner_rss_mean, 1), num(l.runner_rss_peak, 1),
-        num(l.avg_running > 0 ? (l.runner_rss_mean - runner_rss_idle) / l.avg_running : NAN), num(l.stall_us, 0),
-        l.load1_after, failures, l.own_start().size());
+        num(l.avg_running > 0 ? cpu_pct / l.avg_running : NAN), num(l.runner_runq_wait_pct, 1), num(l.status_running), num(l.status_queue),
+        num(l.status_queue_max, 0), num(l.status_cpus_claimed), num(l.runner_rss_before, 1), num(l.runner_rss_mean, 1), num(l.runner_rss_peak, 1),
+        num(l.runner_mib_per_running_job()), num(l.stall_us, 0),
+        l.load1_after, failures, slow, l.own_start().size());
     first = false;
   }
   j += R"(],"verdicts":[)";
@@ -1044,12 +1176,12 @@ int main(int argc, char** argv) {
         "set terminal svg size 1200,500 dynamic font 'sans,11'\n"
         "set output 'capacity.svg'\n"
         "set multiplot layout 1,2 title \"Motor capacity: {} CPUs, {}, load {} before / {} after, {} s per level\"\n"
-        "set logscale x 2\nset xtics ({})\nset xlabel 'concurrent clients'\nset grid\nset key top left font ',9'\n"
+        "set logscale x 2\nset xrange [0.8:{}]\nset xtics ({})\nset xlabel 'concurrent clients'\nset grid\nset key top left font ',9'\n"
         "set logscale y\nset ylabel 'start latency (ms)'\nset title 'start latency'\nplot {}\n"
         "unset logscale y\nset yrange [0:*]\nset ylabel 'jobs per second'\nset title 'sustained throughput (jobs/s)'\nplot {}\n"
         "unset multiplot\n",
         usable_cpus, kernel, load_before.substr(0, load_before.find(' ')), load_after.substr(0, load_after.find(' ')), seconds,
-        fmt::join(levels, ","), lat, thr);
+        levels.back() * 1.25, fmt::join(levels, ","), lat, thr);
   }
   std::string plot_note;
   if (access("/usr/bin/gnuplot", X_OK) == 0) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "client/connection.hpp"
+#include "motor/fd_io.hpp"
 #include "client/exit_codes.hpp"
 #include "protocol/json_writer.hpp"
 #include "protocol/size.hpp"
@@ -32,15 +33,7 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 volatile sig_atomic_t g_interrupts = 0;
 bool interrupted() { return g_interrupts > 0; }  // SIGINT arrives only inside ppoll
 
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
+bool write_all(int fd, std::string_view data) { return motor::write_all(fd, data.data(), data.size()); }
 
 void print_json_line(const protocol::Message& m) {
   write_all(STDOUT_FILENO, m.raw);

@@ -12,36 +12,11 @@
 
 #include <fmt/format.h>
 
+#include "motor/fd_io.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/json_writer.hpp"
 
 namespace motor::runner {
-namespace {
-
-bool write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_exact(int fd, char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t r = ::read(fd, data, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    data += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-}  // namespace
-
 int run_connect_bridge(const std::string& socket_path, const std::optional<std::string>& caller) {
   int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};

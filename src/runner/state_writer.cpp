@@ -9,6 +9,7 @@
 
 #include <cerrno>
 
+#include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
 #include "runner/atomic_file.hpp"
 #include "runner/log.hpp"
@@ -16,16 +17,6 @@
 namespace motor::runner {
 namespace {
 
-bool read_exact(int fd, char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 // The helper: read a length-prefixed state, write it atomically, answer one byte (0 = durable).
 [[noreturn]] void helper_main(int fd, const std::string& state_dir) {
