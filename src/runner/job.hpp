@@ -71,6 +71,8 @@ class Job {
   // Deletes the job's output history (age limit); an attach then answers history_expired.
   void expire_history();
   int64_t finished_at_ms() const { return finished_at_ms_; }
+  // Its state.json entry once finished (it never changes then), encoded once.
+  std::string& persisted_cache() { return persisted_cache_; }
 
   const std::string& id() const { return id_; }
   const std::string& caller() const { return caller_; }
@@ -128,6 +130,7 @@ class Job {
   uint64_t queued_hr_ns_ = 0;
   int64_t queue_wait_ms_ = 0;
   int64_t finished_at_ms_ = 0;
+  std::string persisted_cache_;
   int64_t created_at_ms_ = 0;
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;

@@ -892,23 +892,30 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   session.send(protocol::encode_result(r.id, w.str()));
 }
 
-PersistedState Runner::state_snapshot() const {
+PersistedState Runner::state_snapshot() {
   PersistedState st;
   st.draining = draining_;
   for (const auto& [id, job] : jobs_) {
     PersistedJob pj;
+    if (job->state() == Job::State::kFinished && !job->persisted_cache().empty()) {
+      pj.encoded = job->persisted_cache();
+      st.jobs.push_back(std::move(pj));
+      continue;
+    }
     pj.job_id = id;
     pj.caller = job->caller();
     pj.workspace_key = job->workspace_key();
     pj.summary = job->summary();
-    pj.state = job->state() == Job::State::kRunning  ? "running"
-               : job->state() == Job::State::kQueued ? "queued"
-                                                      : "finished";
+    pj.state = state_name(*job);
     pj.cgroup = job->state() == Job::State::kRunning ? job->cgroup_name() : "";
     pj.created_at_ms = job->created_at_ms();
     pj.started_at_ms = job->started_at_ms();
     pj.terminal_json = job->terminal_json();
     if (job->secret_digest()) pj.secret_sha256 = to_hex(*job->secret_digest());
+    if (job->state() == Job::State::kFinished) {
+      job->persisted_cache() = encode_job(pj);
+      pj.encoded = job->persisted_cache();
+    }
     st.jobs.push_back(std::move(pj));
   }
   return st;

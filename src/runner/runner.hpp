@@ -88,7 +88,7 @@ class Runner {
   void update_status();
   size_t running_jobs() const;
   void save_state();
-  PersistedState state_snapshot() const;
+  PersistedState state_snapshot();
 
   uv_loop_t* loop_;
   Config config_;

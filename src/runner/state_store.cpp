@@ -12,25 +12,29 @@
 
 namespace motor::runner {
 
+std::string encode_job(const PersistedJob& j) {
+  protocol::JsonWriter w;
+  w.begin_object()
+      .field("job_id", j.job_id)
+      .field("caller", j.caller)
+      .field("workspace_key", j.workspace_key)
+      .field("summary", j.summary)
+      .field("state", j.state)
+      .field("cgroup", j.cgroup)
+      .field("created_at_ms", j.created_at_ms)
+      .field("started_at_ms", j.started_at_ms);
+  if (!j.secret_sha256.empty()) w.field("secret_sha256", j.secret_sha256);
+  if (j.terminal_json.empty()) w.field_null("terminal");
+  else w.field_raw("terminal", j.terminal_json);
+  w.end_object();
+  return w.take();
+}
+
 std::string encode_state(const PersistedState& state) {
   protocol::JsonWriter w;
   w.begin_object().field("version", 1).field("draining", state.draining);
   w.key("jobs").begin_array();
-  for (const auto& j : state.jobs) {
-    w.begin_object()
-        .field("job_id", j.job_id)
-        .field("caller", j.caller)
-        .field("workspace_key", j.workspace_key)
-        .field("summary", j.summary)
-        .field("state", j.state)
-        .field("cgroup", j.cgroup)
-        .field("created_at_ms", j.created_at_ms)
-        .field("started_at_ms", j.started_at_ms);
-    if (!j.secret_sha256.empty()) w.field("secret_sha256", j.secret_sha256);
-    if (j.terminal_json.empty()) w.field_null("terminal");
-    else w.field_raw("terminal", j.terminal_json);
-    w.end_object();
-  }
+  for (const auto& j : state.jobs) w.raw(j.encoded.empty() ? encode_job(j) : j.encoded);
   w.end_array().end_object();
   std::string out = w.take();
   out.push_back('\n');

@@ -21,7 +21,12 @@ struct PersistedJob {
   int64_t started_at_ms = 0;
   std::string terminal_json;  // the terminal record once finished
   std::string secret_sha256;  // a direct job's secret digest (hex); never the secret itself
+  // When set, this job's JSON exactly as encode_job gave it (finished jobs never change, so the
+  // runner encodes each once) and the fields above are not read by encode_state.
+  std::string encoded;
 };
+
+std::string encode_job(const PersistedJob& job);
 
 struct PersistedState {
   bool draining = false;
