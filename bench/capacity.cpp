@@ -47,11 +47,14 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "stats.hpp"
 #include "support/runner_harness.hpp"
 
 extern char** environ;
 
 namespace {
+
+using motor::bench::percentile;
 
 using Clock = std::chrono::steady_clock;
 using motor::test::json_field;
@@ -105,14 +108,6 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  // Nearest rank.
-  const double rank = std::ceil(p * static_cast<double>(v.size()));
-  const size_t i = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
 
 std::string num(double v, int decimals = 2) {
   return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : "null";

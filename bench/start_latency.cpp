@@ -20,26 +20,22 @@
 
 #include <fmt/format.h>
 
+#include "stats.hpp"
 #include "support/runner_harness.hpp"
 
 extern char** environ;
 
 namespace {
 
+using motor::bench::median;
+using motor::bench::percentile;
+
 using Clock = std::chrono::steady_clock;
 using motor::test::json_field;
 using motor::test::RawClient;
 using motor::test::RunnerProcess;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 // posix_spawn of /bin/echo x: microseconds from the call to the first byte on the pipe.
 double spawn_once() {
