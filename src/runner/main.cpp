@@ -1,4 +1,4 @@
-// motor-runner: serve (the daemon), connect (the SSH bridge).
+// motor-runner: serve (the daemon), connect (the SSH bridge), gate (the operator isolation tests).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "gate/gate_run.hpp"
 #include "motor/version.hpp"
 #include "runner/config.hpp"
 #include "runner/connect.hpp"
@@ -21,17 +22,23 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   motor-runner serve [--config FILE] [--state-dir DIR] [--socket PATH]
   motor-runner connect [--caller NAME] [--config FILE] [--socket PATH]
+  motor-runner gate [--config FILE] [--state-dir DIR] [--json]
   motor-runner --version
 
 serve    runs the daemon on one event loop (as root); without --config it uses the embedded
          default config (motor-runner print-config shows it).
 connect  bridges stdin/stdout to the runner's socket, for an authorized_keys forced command:
            command="motor-runner connect --caller alice" ssh-ed25519 ...
+gate     host checks, then attacks run as real jobs through a runner started with this config
+         (temporary state directory and socket unless --state-dir); exit 0 only if every
+         control held (docs/server-gate.md).
 )";
 
 struct Options {
   std::string command;
   std::optional<std::string> config, state_dir, socket, caller;
+  bool json = false;
+  bool self_test_plant_leak = false;  // gate, test-only (docs/server-gate.md)
 };
 
 int usage_error(const std::string& message) {
@@ -66,7 +73,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     bool ok = true;
-    if (a.rfind("--config", 0) == 0) ok = value(opt.config);
+    if (a == "--json") opt.json = true;
+    else if (a == "--self-test-plant-leak") opt.self_test_plant_leak = true;
+    else if (a.rfind("--config", 0) == 0) ok = value(opt.config);
     else if (a.rfind("--state-dir", 0) == 0) ok = value(opt.state_dir);
     else if (a.rfind("--socket", 0) == 0) ok = value(opt.socket);
     else if (a.rfind("--caller", 0) == 0) ok = value(opt.caller);
@@ -82,6 +91,16 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "motor-runner: {}\n", config.error().message);
     return 78;  // EX_CONFIG
   }
+  if (opt.command == "gate") {
+    if (opt.socket || opt.caller) return usage_error("gate takes --config, --state-dir and --json");
+    motor::gate::GateOptions gate;
+    gate.config_path = opt.config;
+    gate.state_dir = opt.state_dir;
+    gate.json = opt.json;
+    gate.self_test_plant_leak = opt.self_test_plant_leak;
+    return motor::gate::run_gate(*config, gate);
+  }
+  if (opt.json || opt.self_test_plant_leak) return usage_error("--json is an option of gate");
   if (opt.state_dir) config->state_dir = *opt.state_dir;
   if (opt.socket) config->socket_path = *opt.socket;
 

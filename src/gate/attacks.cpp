@@ -1,0 +1,1182 @@
+#include "gate/attacks.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+namespace motor::gate {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Helpers every python attack starts with. A result line is "label=value": value "OK ..." when
+// the operation succeeded, otherwise the errno name (EROFS, ENOENT, EPERM...).
+constexpr std::string_view kPrelude = R"PY(import os, sys, errno, socket, ctypes, time, subprocess
+def _en(e):
+    if isinstance(e, socket.gaierror):
+        return 'EAI(%s)' % e.errno
+    if isinstance(e, OSError) and e.errno:
+        return errno.errorcode.get(e.errno, 'E%d' % e.errno)
+    return type(e).__name__
+def P(label, value):
+    print('%s=%s' % (label, value), flush=True)
+def T(label, f):
+    try:
+        r = f()
+        P(label, 'OK' if r is None else 'OK %s' % (r,))
+    except BaseException as e:
+        P(label, _en(e))
+def W(path, keep=False):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.close(fd)
+    if not keep:
+        os.unlink(path)
+def R(path):
+    with open(path, 'rb') as f:
+        return '(read %d bytes)' % len(f.read(1 << 20))
+def OW(path):
+    os.close(os.open(path, os.O_WRONLY))
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+def SC(nr, *args):
+    a = [ctypes.c_long(x) if isinstance(x, int) else x for x in args]
+    r = _libc.syscall(ctypes.c_long(nr), *a)
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return None
+def C(label, f):
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            f()
+        except OSError as e:
+            code = e.errno if e.errno and 0 < e.errno < 250 else 250
+        except BaseException:
+            code = 251
+        os._exit(code)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        P(label, 'killed by signal %d' % os.WTERMSIG(st))
+        return
+    c = os.WEXITSTATUS(st)
+    P(label, 'OK' if c == 0 else 'ERROR' if c >= 250 else errno.errorcode.get(c, 'E%d' % c))
+def RUN(label, argv):
+    try:
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        out = p.stdout.decode('utf-8', 'replace').strip().replace('\n', ' | ')[:160]
+        P(label, ('OK' if p.returncode == 0 else 'failed (exit %d)' % p.returncode) + (': ' + out if out else ''))
+    except BaseException as e:
+        P(label, 'failed (%s)' % _en(e))
+)PY";
+
+// A python string literal.
+std::string py(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u >= 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// A python expression for `s` whose source text does not contain `s` (so a job's own command
+// line never matches a marker the gate looks for).
+std::string py_split(std::string_view s) {
+  const size_t half = s.size() / 2;
+  return "(" + py(s.substr(0, half)) + " + " + py(s.substr(half)) + ")";
+}
+
+JobRequest python_job(const AttackEnv& env, const std::string& vars, std::string_view body, int64_t timeout_s = 60) {
+  JobRequest rq;
+  rq.workspace_key = env.workspace_key;
+  rq.argv = {"/usr/bin/python3", "-c", std::string(kPrelude) + vars + std::string(body)};
+  rq.timeout_s = timeout_s;
+  return rq;
+}
+
+int job_timeout_ms(const JobRequest& rq) { return static_cast<int>((rq.timeout_s + 30) * 1000); }
+
+JobResult run(AttackEnv& env, const JobRequest& rq, const std::function<void(const std::string&)>& on_first = {}) {
+  return env.run_job(rq, job_timeout_ms(rq), on_first);
+}
+
+std::string tail(const std::string& s, size_t n = 300) {
+  std::string t = s.size() > n ? "..." + s.substr(s.size() - n) : s;
+  std::replace(t.begin(), t.end(), '\n', ' ');
+  return t;
+}
+
+Verdict stopped(std::string e) { return {Result::kStopped, std::move(e), false}; }
+Verdict through(std::string e) { return {Result::kGotThrough, std::move(e), false}; }
+Verdict inconclusive(std::string e) { return {Result::kInconclusive, std::move(e), false}; }
+
+// The job did not run its course: nothing can be judged.
+std::optional<Verdict> not_run(const JobResult& r) {
+  if (!r.error.empty()) return inconclusive("the job could not be run: " + r.error);
+  if (!r.have_terminal) return inconclusive("no terminal record");
+  if (r.outcome.kind == protocol::Outcome::Kind::kRefusedBeforeStart) {
+    return inconclusive("the runner refused the job: " + r.outcome_text());
+  }
+  return std::nullopt;
+}
+
+// One expected result line: the values that mean the control held. A value ending in '*'
+// matches as a prefix.
+struct Expect {
+  std::string label;
+  std::vector<std::string> stopped;
+};
+
+bool matches(const std::string& value, const std::vector<std::string>& allowed) {
+  for (const auto& a : allowed) {
+    if (!a.empty() && a.back() == '*') {
+      if (value.rfind(a.substr(0, a.size() - 1), 0) == 0) return true;
+    } else if (value == a) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Verdict judge_lines(const JobResult& r, const std::vector<Expect>& expects, const std::vector<std::string>& info = {}) {
+  if (auto v = not_run(r)) return *v;
+  const auto got = parse_result_lines(r.out);
+  std::vector<std::string> held, broke, missing;
+  for (const auto& e : expects) {
+    auto it = got.find(e.label);
+    if (it == got.end()) {
+      missing.push_back(e.label);
+      continue;
+    }
+    const std::string& v = it->second;
+    if (matches(v, e.stopped)) {
+      held.push_back(e.label + ": " + v);
+    } else if (v.rfind("OK", 0) == 0) {
+      broke.push_back(e.label + ": succeeded " + v);
+    } else {
+      broke.push_back(fmt::format("{}: {} (expected {}: something else stopped it, not this control)", e.label, v,
+                                  fmt::join(e.stopped, " or ")));
+    }
+  }
+  std::vector<std::string> extra;
+  for (const auto& l : info) {
+    if (auto it = got.find(l); it != got.end()) extra.push_back(l + ": " + it->second);
+  }
+  const std::string extra_text = extra.empty() ? "" : fmt::format("; {}", fmt::join(extra, "; "));
+  if (!broke.empty()) return through(fmt::format("{}{}", fmt::join(broke, "; "), extra_text));
+  if (!missing.empty()) {
+    return inconclusive(fmt::format("no result for {} (job {}; stderr: {})", fmt::join(missing, ", "), r.outcome_text(),
+                                    tail(r.err)));
+  }
+  return stopped(fmt::format("{}{}", fmt::join(held, "; "), extra_text));
+}
+
+// The simplest attack: a python body whose result lines must all show the control's signature.
+using ExpectsFn = std::function<std::vector<Expect>(const AttackEnv&)>;
+
+Attack probe_attack(std::string id, std::string control, std::string description,
+                    std::function<std::string(const AttackEnv&)> vars, std::string body, ExpectsFn expects,
+                    std::vector<std::string> info = {}) {
+  Attack a;
+  a.id = std::move(id);
+  a.control = std::move(control);
+  a.description = std::move(description);
+  a.run = [vars = std::move(vars), body = std::move(body), expects = std::move(expects),
+           info = std::move(info)](AttackEnv& env) {
+    return judge_lines(run(env, python_job(env, vars ? vars(env) : "", body)), expects(env), info);
+  };
+  return a;
+}
+
+Attack probe_attack(std::string id, std::string control, std::string description,
+                    std::function<std::string(const AttackEnv&)> vars, std::string body, std::vector<Expect> expects,
+                    std::vector<std::string> info = {}) {
+  return probe_attack(std::move(id), std::move(control), std::move(description), std::move(vars), std::move(body),
+                      ExpectsFn([expects = std::move(expects)](const AttackEnv&) { return expects; }), std::move(info));
+}
+
+std::string read_host(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// Kills what an attack left on the host; says what it found.
+std::string kill_leftovers(AttackEnv& env, const std::vector<std::string>& markers) {
+  std::vector<std::string> found;
+  for (const auto& m : markers) {
+    for (pid_t p : env.processes_with(m)) {
+      found.push_back(std::to_string(p));
+      kill(p, SIGKILL);
+    }
+  }
+  return fmt::format("{}", fmt::join(found, ","));
+}
+
+// Job cgroups left under the gate runner's parent, in every hierarchy.
+std::vector<std::string> leftover_cgroups(const AttackEnv& env) {
+  std::vector<std::string> out;
+  for (const auto& m : env.facts.cgroup_mounts) {
+    const std::string parent = m + "/" + env.cgroup_parent;
+    if (DIR* d = opendir(parent.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_type == DT_DIR && e->d_name[0] != '.') out.push_back(parent + "/" + e->d_name);
+      }
+      closedir(d);
+    }
+  }
+  return out;
+}
+
+std::optional<Verdict> need(bool have, const std::string& what) {
+  if (have) return std::nullopt;
+  return Verdict{Result::kSkipped, "this host has no " + what, true};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seccomp tries: harmless calls whose result without the filter differs from the filter's
+// EPERM wherever the kernel allows (bad pointers give EFAULT, bad fds EBADF, bad flags EINVAL).
+// x86_64 numbers.
+constexpr std::string_view kSeccompTries = R"PY(TRIES = [
+    ('add_key', 248, (0, 0, 0, 0, 0), 'EPERM'), ('request_key', 249, (0, 0, 0, 0), 'EPERM'),
+    ('keyctl', 250, (-1, 0, 0, 0, 0), 'EPERM'), ('bpf', 321, (-1, 0, 0), 'EPERM'),
+    ('perf_event_open', 298, (0, 0, -1, -1, 0), 'EPERM'), ('userfaultfd', 323, (0xffffffff,), 'EPERM'),
+    ('ptrace', 101, (0x7fff, 0, 0, 0), 'EPERM'), ('process_vm_readv', 310, (0, 0, 0, 0, 0, -1), 'EPERM'),
+    ('process_vm_writev', 311, (0, 0, 0, 0, 0, -1), 'EPERM'), ('pidfd_getfd', 438, (-1, -1, 0), 'EPERM'),
+    ('mount', 165, (0, 0, 0, 0, 0), 'EPERM'), ('umount2', 166, (0, 0xffffffff), 'EPERM'),
+    ('pivot_root', 155, (0, 0), 'EPERM'), ('chroot', 161, (0,), 'EPERM'),
+    ('move_mount', 429, (-1, 0, -1, 0, 0xffffffff), 'EPERM'), ('open_tree', 428, (-1, 0, 0xffffffff), 'EPERM'),
+    ('fsopen', 430, (0, 0xffffffff), 'EPERM'), ('fspick', 433, (-1, 0, 0xffffffff), 'EPERM'),
+    ('mount_setattr', 442, (-1, 0, 0xffffffff, 0, 0), 'EPERM'),
+    ('unshare', 272, (0x1000,), 'EPERM'), ('setns', 308, (-1, 0), 'EPERM'),
+    ('clone(CLONE_NEWUSER)', 56, (0x10000000 | 17, 0, 0, 0, 0), 'EPERM'),
+    ('clone(CLONE_NEWNS)', 56, (0x00020000 | 17, 0, 0, 0, 0), 'EPERM'),
+    ('clone3', 435, (0, 0), 'ENOSYS'),
+    ('kexec_load', 246, (0, 0, 0, 0xffffffff), 'EPERM'), ('init_module', 175, (0, 0, 0), 'EPERM'),
+    ('finit_module', 313, (-1, 0, 0xffffffff), 'EPERM'), ('delete_module', 176, (0, 0), 'EPERM'),
+    ('open_by_handle_at', 304, (-1, 0, 0), 'EPERM'), ('swapon', 167, (0, 0), 'EPERM'),
+    ('reboot', 169, (0, 0, 0, 0), 'EPERM'), ('acct', 163, (b'',), 'EPERM'), ('quotactl', 179, (0, 0, 0, 0), 'EPERM'),
+    ('iopl', 172, (4,), 'EPERM'), ('ioperm', 173, (65536, 1, 1), 'EPERM'),
+    ('ioctl(TIOCSTI)', 16, (-1, 0x5412, 0), 'EPERM'), ('io_uring_setup', 425, (0, 0), 'EPERM'),
+    ('personality(PER_LINUX32)', 135, (8,), 'EPERM'),
+    ('getpid (allowed)', 39, (), 'OK'),
+]
+for name, nr, args, _ in TRIES:
+    C(name, lambda nr=nr, args=args: SC(nr, *args))
+)PY";
+
+std::vector<Expect> seccomp_expects() {
+  // Kept in step with kSeccompTries.
+  static const std::vector<std::pair<const char*, const char*>> kNames = {
+      {"add_key", "EPERM"}, {"request_key", "EPERM"}, {"keyctl", "EPERM"}, {"bpf", "EPERM"},
+      {"perf_event_open", "EPERM"}, {"userfaultfd", "EPERM"}, {"ptrace", "EPERM"}, {"process_vm_readv", "EPERM"},
+      {"process_vm_writev", "EPERM"}, {"pidfd_getfd", "EPERM"}, {"mount", "EPERM"}, {"umount2", "EPERM"},
+      {"pivot_root", "EPERM"}, {"chroot", "EPERM"}, {"move_mount", "EPERM"}, {"open_tree", "EPERM"},
+      {"fsopen", "EPERM"}, {"fspick", "EPERM"}, {"mount_setattr", "EPERM"}, {"unshare", "EPERM"}, {"setns", "EPERM"},
+      {"clone(CLONE_NEWUSER)", "EPERM"}, {"clone(CLONE_NEWNS)", "EPERM"}, {"clone3", "ENOSYS"},
+      {"kexec_load", "EPERM"}, {"init_module", "EPERM"}, {"finit_module", "EPERM"}, {"delete_module", "EPERM"},
+      {"open_by_handle_at", "EPERM"}, {"swapon", "EPERM"}, {"reboot", "EPERM"}, {"acct", "EPERM"},
+      {"quotactl", "EPERM"}, {"iopl", "EPERM"}, {"ioperm", "EPERM"}, {"ioctl(TIOCSTI)", "EPERM"},
+      {"io_uring_setup", "EPERM"}, {"personality(PER_LINUX32)", "EPERM"}, {"getpid (allowed)", "OK"}};
+  std::vector<Expect> out;
+  for (const auto& [n, v] : kNames) out.push_back({n, {v}});
+  return out;
+}
+
+std::optional<Verdict> need_x86_64(const AttackEnv& env) {
+  if (env.facts.machine == "x86_64") return std::nullopt;
+  return Verdict{Result::kSkipped, "the gate's syscall tries know x86_64 numbers only (this host: " + env.facts.machine + ")",
+                 true};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Attack fork_bomb() {
+  Attack a;
+  a.id = "fork-bomb";
+  a.control = "pids limit (pids.max = pids_max)";
+  a.description = "create tasks until the kernel refuses, then fork once more";
+  a.needs = "pids controller";
+  a.skip = [](const AttackEnv& env) { return need(env.facts.pids_controller, "pids cgroup controller"); };
+  a.run = [](AttackEnv& env) {
+    constexpr int64_t kMostTried = 8192;  // the gate never pushes a host harder than this
+    const int64_t pids_max = env.config->pids_max;
+    const int64_t target = std::min(pids_max, kMostTried) + 16;
+    const std::string vars = fmt::format("TARGET = {}\n", target);
+    auto r = run(env, python_job(env, vars, R"PY(import threading
+threading.stack_size(65536)
+ev = threading.Event()
+made, err = 0, 'none'
+while made < TARGET:
+    try:
+        t = threading.Thread(target=ev.wait, daemon=True)
+        t.start()
+        made += 1
+    except BaseException as e:
+        err = '%s: %s' % (_en(e), str(e)[:60])
+        break
+P('threads', made)
+P('thread_error', err)
+def fork_once():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+T('fork at the limit', fork_once)
+ev.set()
+)PY", 120));
+    if (auto v = not_run(r)) return *v;
+    const auto got = parse_result_lines(r.out);
+    if (!got.count("threads") || !got.count("fork at the limit")) {
+      return inconclusive(fmt::format("no result (job {}; stderr: {})", r.outcome_text(), tail(r.err)));
+    }
+    const int64_t made = std::atoll(got.at("threads").c_str());
+    const std::string fork_result = got.at("fork at the limit");
+    const std::string ev = fmt::format("{} threads created, then {}; fork at the limit: {} (pids_max = {})", made,
+                                       got.count("thread_error") ? got.at("thread_error") : "?", fork_result, pids_max);
+    if (made >= target) {
+      return through(pids_max > kMostTried
+                         ? fmt::format("{} tasks and no limit hit: pids_max = {} is more than the gate will try ({}); "
+                                       "lower pids_max",
+                                       made, pids_max, kMostTried)
+                         : fmt::format("{} tasks and no limit hit ({})", made, ev));
+    }
+    // The job's tasks at the limit: motor-init, the python main thread and its threads.
+    const int64_t tasks = made + 2;
+    if (tasks > pids_max) return through("more tasks than pids_max: " + ev);
+    if (tasks + 8 < pids_max) {
+      return through("stopped below pids_max by something else (an rlimit or memory), not the pids limit: " + ev);
+    }
+    if (fork_result != "EAGAIN") return through(ev);
+    return stopped(ev);
+  };
+  return a;
+}
+
+Attack memory_balloon() {
+  Attack a;
+  a.id = "memory-balloon";
+  a.control = "memory limit (memory.max / memory.limit_in_bytes + memsw)";
+  a.description = "fill 256 MiB of real anonymous memory in a job limited to 64M";
+  a.needs = "memory controller";
+  a.skip = [](const AttackEnv& env) { return need(env.facts.memory_controller, "memory cgroup controller"); };
+  a.run = [](AttackEnv& env) {
+    auto rq = python_job(env, "", "b = b'x' * (256 << 20)\nP('survived', len(b))\n");
+    rq.memory = "64M";
+    auto r = run(env, rq);
+    if (auto v = not_run(r)) return *v;
+    if (r.out.find("survived=") != std::string::npos) return through("256 MiB filled under a 64M limit (" + r.outcome_text() + ")");
+    if (r.oom_killed) return stopped("OOM-killed and reported: " + r.outcome_text());
+    return inconclusive("neither survived nor reported as OOM-killed: " + r.outcome_text() + "; stderr: " + tail(r.err));
+  };
+  return a;
+}
+
+Attack cpuset() {
+  Attack a;
+  a.id = "cpuset";
+  a.control = "CPUs pinned to the job's claim (cpuset)";
+  a.description = "ask for 1 CPU and read Cpus_allowed_list while exec.status shows the claim";
+  a.needs = "cpuset controller";
+  a.skip = [](const AttackEnv& env) { return need(env.facts.cpuset_controller, "cpuset cgroup controller"); };
+  a.run = [](AttackEnv& env) {
+    auto rq = python_job(env, "", R"PY(for line in open('/proc/self/status'):
+    if line.startswith('Cpus_allowed_list:'):
+        P('Cpus_allowed_list', line.split(':', 1)[1].strip())
+time.sleep(2)
+)PY");
+    rq.cpus = 1;
+    std::string claim, status_error;
+    auto r = run(env, rq, [&](const std::string& job_id) {
+      auto st = env.call("exec.status", "{}");
+      if (!st) {
+        status_error = st.error().message;
+        return;
+      }
+      simdjson::dom::parser p;
+      simdjson::dom::element root;
+      simdjson::dom::array jobs;
+      if (p.parse(*st).get(root) || root["running_jobs"].get_array().get(jobs)) return;
+      for (auto j : jobs) {
+        std::string_view id, cpus;
+        if (!j["job_id"].get_string().get(id) && id == job_id && !j["cpus"].get_string().get(cpus)) claim = std::string(cpus);
+      }
+    });
+    if (auto v = not_run(r)) return *v;
+    const auto got = parse_result_lines(r.out);
+    if (!got.count("Cpus_allowed_list")) return inconclusive("no Cpus_allowed_list (" + r.outcome_text() + ")");
+    if (claim.empty()) return inconclusive("exec.status did not list the running job's claim " + status_error);
+    const std::string seen = got.at("Cpus_allowed_list");
+    const std::string online = trim(read_host("/sys/devices/system/cpu/online"));
+    const std::string ev = fmt::format("claim {}, the job's Cpus_allowed_list {}, host CPUs {}", claim, seen, online);
+    if (seen != claim) return through(ev);
+    return stopped(ev + (seen == online ? " (one core is the whole host here)" : ""));
+  };
+  return a;
+}
+
+Attack env_canaries() {
+  Attack a;
+  a.id = "env-canaries";
+  a.control = "environment filter (secret-named variables never cross)";
+  a.description = "pass GH_TOKEN, API_KEY, MY_SECRET_VALUE canaries in exec.run env; search env, /proc/1/environ, files";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::vector<std::pair<std::string, std::string>> canaries = {
+        {"GH_TOKEN", "gate-canary-gh-" + m}, {"API_KEY", "gate-canary-api-" + m}, {"MY_SECRET_VALUE", "gate-canary-secret-" + m}};
+    const std::string forwarded = "gate-forwarded-" + m;
+    if (env.plant_leak) {
+      // --self-test-plant-leak: the gate itself leaves a canary where the job can read it, so the
+      // judge must say GOT THROUGH (proves the judge looks, docs/server-gate.md).
+      const std::string leak = env.workspace + "/gate-self-test-leak.txt";
+      std::ofstream(leak) << canaries[0].first << "=" << canaries[0].second << "\n";
+      chmod(leak.c_str(), 0644);
+    }
+    auto rq = python_job(env, "", R"PY(srcs = [('environment', '\n'.join('%s=%s' % kv for kv in os.environ.items()))]
+for p in ('/proc/1/environ', '/proc/self/environ'):
+    try:
+        with open(p, 'rb') as f:
+            srcs.append((p, f.read().replace(b'\0', b'\n').decode('utf-8', 'replace')))
+    except OSError as e:
+        P('read ' + p, _en(e))
+n = 0
+for top in ('/workspace', '/tmp'):
+    for d, dirs, files in os.walk(top):
+        for name in files:
+            n += 1
+            if n > 500:
+                break
+            try:
+                with open(os.path.join(d, name), 'rb') as f:
+                    srcs.append((os.path.join(d, name), f.read(1 << 20).decode('utf-8', 'replace')))
+            except OSError:
+                pass
+P('files searched', n)
+for where, text in srcs:
+    for line in text.splitlines():
+        if ('gate-' 'canary-') in line:
+            P('canary in ' + where, line[:200])
+        if ('gate-' 'forwarded-') in line:
+            P('forwarded in ' + where, 'yes')
+)PY");
+    rq.env = {canaries[0], canaries[1], canaries[2], {"CARGO_GATE_PROBE", forwarded}};
+    auto r = run(env, rq);
+    if (auto v = not_run(r)) return *v;
+    std::vector<std::string> leaks;
+    for (const auto& [name, value] : canaries) {
+      if (r.out.find(value) != std::string::npos || r.err.find(value) != std::string::npos) leaks.push_back(name);
+    }
+    const auto got = parse_result_lines(r.out);
+    if (!leaks.empty()) {
+      std::vector<std::string> where;
+      for (const auto& [k, v] : got) {
+        if (k.rfind("canary in ", 0) == 0) where.push_back(k.substr(10));
+      }
+      return through(fmt::format("the job saw {} in {}", fmt::join(leaks, ", "), fmt::join(where, ", ")));
+    }
+    if (!got.count("forwarded in environment") || !got.count("forwarded in /proc/1/environ")) {
+      return inconclusive("the forwarded control variable CARGO_GATE_PROBE was not seen: the job's environment could not "
+                          "be read (" + r.outcome_text() + "; stderr: " + tail(r.err) + ")");
+    }
+    return stopped(fmt::format("no canary in the environment, /proc/1/environ, /proc/self/environ or {} files; "
+                               "env_not_forwarded: {}; CARGO_GATE_PROBE did cross",
+                               got.count("files searched") ? got.at("files searched") : "?",
+                               fmt::join(r.env_not_forwarded, ",")));
+  };
+  return a;
+}
+
+Attack ssh_auth_sock() {
+  Attack a;
+  a.id = "ssh-auth-sock";
+  a.control = "environment filter (SSH_AUTH_SOCK never crosses)";
+  a.description = "pass SSH_AUTH_SOCK in exec.run env";
+  a.run = [](AttackEnv& env) {
+    auto rq = python_job(env, "", R"PY(P('SSH_AUTH_SOCK in the environment', os.environ.get('SSH_AUTH_SOCK', 'absent'))
+with open('/proc/1/environ', 'rb') as f:
+    P('SSH_AUTH_SOCK in /proc/1/environ', 'present' if b'SSH_AUTH_SOCK' in f.read() else 'absent')
+)PY");
+    rq.env = {{"SSH_AUTH_SOCK", "/tmp/gate-agent-" + env.new_marker() + ".sock"}};
+    return judge_lines(run(env, rq), {{"SSH_AUTH_SOCK in the environment", {"absent"}},
+                                      {"SSH_AUTH_SOCK in /proc/1/environ", {"absent"}}});
+  };
+  return a;
+}
+
+Attack timeout_loop() {
+  Attack a;
+  a.id = "timeout";
+  a.control = "deadline kills the job's whole cgroup";
+  a.description = "an infinite loop with a background child and a setsid'd daemon past a 2 s timeout";
+  a.run = [](AttackEnv& env) {
+    const std::string m1 = env.new_marker(), m2 = env.new_marker();
+    JobRequest rq;
+    rq.workspace_key = env.workspace_key;
+    rq.command = fmt::format("sleep 3600.{} & (setsid sleep 3600.{} &); echo looping; while :; do :; done", m1, m2);
+    rq.timeout_s = 2;
+    const int64_t t0 = now_ms();
+    auto r = run(env, rq);
+    const int64_t took = now_ms() - t0;
+    if (!r.error.empty() || !r.have_terminal) return inconclusive("the job could not be run: " + r.outcome_text());
+    if (r.out.find("looping") == std::string::npos) return inconclusive("the loop never started: " + r.outcome_text());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string left = kill_leftovers(env, {m1, m2});
+    const auto cgroups = leftover_cgroups(env);
+    const std::string ev = fmt::format("{} after {} ms", r.outcome_text(), took);
+    if (!left.empty()) return through(ev + "; processes of the job still ran on the host (pids " + left + ", now killed)");
+    if (!cgroups.empty()) return through(ev + "; job cgroups remain: " + cgroups.front());
+    if (r.killed != std::optional<std::string>("deadline")) return through(ev + "; not killed at its deadline");
+    return stopped(ev + "; no process of the job and no job cgroup remains");
+  };
+  return a;
+}
+
+Attack daemon() {
+  Attack a;
+  a.id = "daemon";
+  a.control = "the job's PID namespace and cgroup end with the command";
+  a.description = "double-fork a setsid daemon that outlives the command";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    auto r = run(env, python_job(env, "MK = '3600.' + " + py_split(m) + "\n", R"PY(pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open('/dev/null', os.O_RDWR)
+        for i in (0, 1, 2):
+            os.dup2(fd, i)
+        os.execv('/bin/sleep', ['sleep', MK])
+    os._exit(0)
+os.waitpid(pid, 0)
+time.sleep(0.3)
+P('daemon', 'started')
+)PY"));
+    if (auto v = not_run(r)) return *v;
+    if (r.out.find("daemon=started") == std::string::npos) return inconclusive("the daemon did not start: " + tail(r.err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string left = kill_leftovers(env, {m});
+    if (!left.empty()) return through("the daemon outlived the job (host pids " + left + ", now killed)");
+    const auto cgroups = leftover_cgroups(env);
+    if (!cgroups.empty()) return through("a job cgroup remains: " + cgroups.front());
+    return stopped("the command exited (" + r.outcome_text() + ") and nothing with the daemon's marker remains on the host");
+  };
+  return a;
+}
+
+Attack host_processes() {
+  return probe_attack(
+      "proc-host", "own PID namespace (fresh /proc)", "see host processes in /proc",
+      [](const AttackEnv& env) {
+        return fmt::format("MK = {}\nHOSTPID = {}\n", py_split(env.host_marker), env.host_marker_pid);
+      },
+      R"PY(pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+marker, runner = [], []
+for p in pids:
+    try:
+        with open('/proc/%d/cmdline' % p, 'rb') as f:
+            cl = f.read().replace(b'\0', b' ').decode('utf-8', 'replace')
+    except OSError:
+        continue
+    if MK in cl:
+        marker.append(p)
+    if ('motor-' 'runner') in cl:
+        runner.append(p)
+P('processes the job sees', len(pids))
+P('host marker process', 'visible as %s' % marker if marker else 'absent')
+P('runner process', 'visible as %s' % runner if runner else 'absent')
+T('stat /proc/%d (a host pid)' % HOSTPID, lambda: os.stat('/proc/%d' % HOSTPID) and None)
+)PY",
+      ExpectsFn([](const AttackEnv& env) {
+        return std::vector<Expect>{{"host marker process", {"absent"}},
+                                   {"runner process", {"absent"}},
+                                   {fmt::format("stat /proc/{} (a host pid)", env.host_marker_pid), {"ENOENT"}}};
+      }),
+      {"processes the job sees"});
+}
+
+Attack host_loopback() {
+  Attack a;
+  a.id = "net-host-loopback";
+  a.control = "own network namespace (loopback only)";
+  a.description = "connect to a TCP listener the gate opened on the host's 127.0.0.1";
+  a.run = [](AttackEnv& env) {
+    auto r = run(env, python_job(env, fmt::format("PORT = {}\n", env.listener_port), R"PY(def conn():
+    s = socket.create_connection(('127.0.0.1', PORT), timeout=3)
+    s.close()
+T('connect 127.0.0.1:%d' % PORT, conn)
+with open('/proc/net/dev') as f:
+    P('interfaces', ','.join(sorted(l.split(':')[0].strip() for l in f.readlines()[2:])))
+)PY"));
+    const std::string label = fmt::format("connect 127.0.0.1:{}", env.listener_port);
+    Verdict v = judge_lines(r, {{label, {"ECONNREFUSED", "ENETUNREACH"}}, {"interfaces", {"lo"}}});
+    // Whatever the job printed: did the host's listener get a connection?
+    const int c = accept4(env.listener_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) {
+      close(c);
+      return through("the gate's host listener accepted a connection from the job; " + v.evidence);
+    }
+    return v;
+  };
+  return a;
+}
+
+Attack setuid_binary() {
+  Attack a;
+  a.id = "setuid";
+  a.control = "no_new_privs + nosuid workspace";
+  a.description = "run a setuid-root copy of /usr/bin/id the gate planted in the workspace";
+  a.needs = "the gate running as root (to plant a setuid-root file)";
+  a.skip = [](const AttackEnv&) -> std::optional<Verdict> {
+    if (geteuid() == 0) return std::nullopt;
+    return Verdict{Result::kSkipped, "the gate is not root and cannot plant a setuid-root binary", false};
+  };
+  a.run = [](AttackEnv& env) {
+    const std::string name = "gate-suid-id-" + env.new_marker();
+    const std::string planted = env.workspace + "/" + name;
+    std::error_code ec;
+    fs::copy_file("/usr/bin/id", planted, fs::copy_options::overwrite_existing, ec);
+    struct stat st {};
+    if (ec || chown(planted.c_str(), 0, 0) != 0 || chmod(planted.c_str(), 04755) != 0 || stat(planted.c_str(), &st) != 0 ||
+        !(st.st_mode & S_ISUID) || st.st_uid != 0) {
+      return inconclusive("could not plant a setuid-root copy of /usr/bin/id at " + planted);
+    }
+    auto r = run(env, python_job(env, "ID = '/workspace/' + " + py(name) + "\n", R"PY(RUN('id -u', [ID, '-u'])
+RUN('id', [ID])
+)PY"));
+    const std::string uid = std::to_string(env.job_uid);
+    Verdict v = judge_lines(r, {{"id -u", {"OK: " + uid}}}, {"id"});
+    if (v.result == Result::kStopped && r.out.find("euid=0") != std::string::npos) return through(v.evidence);
+    return v;
+  };
+  return a;
+}
+
+Attack tiocsti() {
+  return probe_attack("tiocsti", "seccomp: ioctl TIOCSTI refused", "inject input into the job's own terminal (TIOCSTI)",
+                      nullptr, R"PY(import pty, fcntl, termios
+m, s = pty.openpty()
+name = os.ttyname(s)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fd = os.open(name, os.O_RDWR)
+    try:
+        fcntl.ioctl(fd, termios.TIOCSTI, b'x')
+        os._exit(0)
+    except OSError as e:
+        os._exit(e.errno)
+_, st = os.waitpid(pid, 0)
+c = os.waitstatus_to_exitcode(st)
+P('TIOCSTI on the controlling terminal', 'OK' if c == 0 else errno.errorcode.get(c, c))
+)PY",
+                      {{"TIOCSTI on the controlling terminal", {"EPERM"}}});
+}
+
+Attack other_caller() {
+  Attack a;
+  a.id = "other-caller-workspace";
+  a.control = "only the job's own workspace is bound (empty root)";
+  a.description = "read a file in another caller's workspace (made by a job of caller gate-other)";
+  a.run = [](AttackEnv& env) {
+    const std::string canary = "gate-other-canary-" + env.new_marker();
+    JobRequest other;
+    other.workspace_key = env.workspace_key;
+    other.command = "printf '%s' \"$0\" > secret.txt && chmod 0644 secret.txt";
+    other.argv = {"/bin/sh", "-c", other.command, canary};
+    other.timeout_s = 30;
+    auto made = env.run_job_as_other(other, 60'000);
+    const std::string host_file = env.workspace_root + "/" + env.other_caller + "/" + env.workspace_key + "/secret.txt";
+    if (!made.exited(0) || read_host(host_file) != canary) {
+      return inconclusive("the other caller's job did not write " + host_file + ": " + made.outcome_text() + " " + tail(made.err));
+    }
+    const std::string rel = "/workspace/../" + env.other_caller + "/" + env.workspace_key + "/secret.txt";
+    auto r = run(env, python_job(env, fmt::format("HOST = {}\nREL = {}\n", py(host_file), py(rel)),
+                                 R"PY(T('read ' + HOST, lambda: R(HOST))
+T('read ' + REL, lambda: R(REL))
+)PY"));
+    if (r.out.find(canary) != std::string::npos) return through("the other caller's secret was read");
+    return judge_lines(r, {{"read " + host_file, {"ENOENT"}}, {"read " + rel, {"ENOENT"}}});
+  };
+  return a;
+}
+
+Attack dotdot() {
+  Attack a;
+  a.id = "fs-dotdot";
+  a.control = "workspace bound alone; read-only root";
+  a.description = "create files outside the workspace through ..";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string name = "gate-escape-" + m;
+    auto r = run(env, python_job(env, "NAME = " + py(name) + "\n", R"PY(T('create /workspace/../' + NAME, lambda: W('/workspace/../' + NAME, True))
+T('create /workspace/../../../tmp/../' + NAME, lambda: W('/workspace/../../../tmp/../' + NAME, True))
+)PY"));
+    const fs::path ws(env.workspace);
+    for (const auto& p : {ws.parent_path() / name, ws.parent_path().parent_path() / name, fs::path("/") / name}) {
+      std::error_code ec;
+      if (fs::exists(p, ec)) {
+        fs::remove(p, ec);
+        return through("the job created " + p.string() + " on the host (removed)");
+      }
+    }
+    return judge_lines(r, {{"create /workspace/../" + name, {"EROFS"}}, {"create /workspace/../../../tmp/../" + name, {"EROFS"}}});
+  };
+  return a;
+}
+
+Attack symlink_out() {
+  Attack a;
+  a.id = "fs-symlink";
+  a.control = "only the job's own workspace is bound (empty root)";
+  a.description = "follow symlinks planted in the workspace to a host directory and to /etc/shadow";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string dir_link = "gate-link-dir-" + m, shadow_link = "gate-link-shadow-" + m;
+    std::error_code ec;
+    fs::create_directory_symlink(env.outside_dir, env.workspace + "/" + dir_link, ec);
+    if (ec) return inconclusive("could not plant " + dir_link + ": " + ec.message());
+    fs::create_symlink("/etc/shadow", env.workspace + "/" + shadow_link, ec);
+    if (ec) return inconclusive("could not plant " + shadow_link + ": " + ec.message());
+    const std::string target = "pwned-" + m;
+    auto r = run(env, python_job(env, fmt::format("D = '/workspace/' + {}\nS = '/workspace/' + {}\nF = {}\n", py(dir_link),
+                                                  py(shadow_link), py(target)),
+                                 R"PY(T('write through the link to ' + os.readlink(D), lambda: W(D + '/' + F, True))
+T('read through the link to /etc/shadow', lambda: R(S))
+)PY"));
+    if (fs::exists(env.outside_dir + "/" + target, ec)) {
+      return through("the job wrote " + env.outside_dir + "/" + target + " on the host");
+    }
+    return judge_lines(r, {{"write through the link to " + env.outside_dir, {"ENOENT"}},
+                           {"read through the link to /etc/shadow", {"ENOENT"}}});
+  };
+  return a;
+}
+
+Attack hardlink() {
+  Attack a;
+  a.id = "fs-hardlink";
+  a.control = "only the job's own workspace is bound; other mounts are separate filesystems";
+  a.description = "hard-link a host file (world-writable, beside the workspace), /usr/bin/id and /etc/passwd into the workspace";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string target = env.outside_dir + "/target-" + m;
+    std::ofstream(target) << "gate hard-link target\n";
+    chmod(target.c_str(), 0666);
+    auto r = run(env, python_job(env, fmt::format("HOST = {}\nM = {}\n", py(target), py(m)),
+                                 R"PY(T('link ' + HOST, lambda: os.link(HOST, '/workspace/gate-hl-1-' + M))
+T('link /usr/bin/id', lambda: os.link('/usr/bin/id', '/workspace/gate-hl-2-' + M))
+T('link /etc/passwd', lambda: os.link('/etc/passwd', '/workspace/gate-hl-3-' + M))
+)PY"));
+    struct stat st {};
+    if (stat(target.c_str(), &st) == 0 && st.st_nlink > 1) return through("the host file " + target + " gained a link");
+    return judge_lines(r, {{"link " + target, {"ENOENT"}},
+                           {"link /usr/bin/id", {"EXDEV", "EPERM"}},
+                           {"link /etc/passwd", {"EXDEV", "EPERM"}}});
+  };
+  return a;
+}
+
+Attack hostname() {
+  Attack a;
+  a.id = "hostname";
+  a.control = "own UTS namespace; no CAP_SYS_ADMIN";
+  a.description = "read and change the hostname";
+  a.run = [](AttackEnv& env) {
+    auto r = run(env, python_job(env, "", R"PY(P('nodename', os.uname().nodename)
+T('sethostname', lambda: socket.sethostname('gate-pwned'))
+RUN('hostname(1)', ['hostname', 'gate-pwned'])
+)PY"));
+    const std::string now = host_name();
+    if (now != env.host_hostname) return through("the host's hostname changed to " + now);
+    Verdict v = judge_lines(r, {{"sethostname", {"EPERM"}}, {"hostname(1)", {"failed*"}}}, {"nodename"});
+    const auto got = parse_result_lines(r.out);
+    if (v.result == Result::kStopped && got.count("nodename") && got.at("nodename") == env.host_hostname) {
+      return through("the job sees the host's hostname " + env.host_hostname + ": it shares the host's UTS namespace");
+    }
+    return v;
+  };
+  return a;
+}
+
+Attack cgroup_files() {
+  Attack a;
+  a.id = "cgroup-files";
+  a.control = "no /sys; own cgroup namespace; no CAP_SYS_ADMIN";
+  a.description = "write the runner's cgroup files and mount a cgroup filesystem";
+  a.run = [](AttackEnv& env) {
+    std::vector<std::string> paths;
+    for (const auto& mnt : env.facts.cgroup_mounts) paths.push_back(mnt + "/" + env.cgroup_parent + "/cgroup.procs");
+    if (paths.empty()) paths.push_back("/sys/fs/cgroup/cgroup.procs");
+    std::string list = "PATHS = [";
+    for (const auto& p : paths) list += py(p) + ", ";
+    list += "]\n";
+    auto r = run(env, python_job(env, list + "PARENT = " + py_split(env.cgroup_parent) + "\n", R"PY(for p in PATHS:
+    T('open for writing ' + p, lambda p=p: OW(p))
+T('mount cgroup2', lambda: SC(165, b'none', b'/tmp', b'cgroup2', 0, 0))
+with open('/proc/self/cgroup') as f:
+    lines = f.read().split()
+P('host cgroup paths in /proc/self/cgroup', 'visible' if any(PARENT in l for l in lines) else 'absent')
+)PY"));
+    std::vector<Expect> ex;
+    for (const auto& p : paths) ex.push_back({"open for writing " + p, {"ENOENT"}});
+    ex.push_back({"mount cgroup2", {"EPERM"}});
+    ex.push_back({"host cgroup paths in /proc/self/cgroup", {"absent"}});
+    return judge_lines(r, ex);
+  };
+  a.skip = need_x86_64;
+  return a;
+}
+
+Attack runner_memory() {
+  Attack a = probe_attack(
+      "runner-memory", "own PID namespace; seccomp (process_vm_readv)", "read the runner's memory through /proc",
+      [](const AttackEnv& env) { return fmt::format("RPID = {}\n", env.runner_pid); },
+      R"PY(T('stat /proc/%d (the runner)' % RPID, lambda: os.stat('/proc/%d' % RPID) and None)
+T('read /proc/%d/mem' % RPID, lambda: R('/proc/%d/mem' % RPID))
+seen = []
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            with open('/proc/%s/cmdline' % p, 'rb') as f:
+                if ('motor-' 'runner').encode() in f.read():
+                    seen.append(p)
+        except OSError:
+            pass
+P('a runner process', 'visible as %s' % seen if seen else 'absent')
+T('process_vm_readv of the runner', lambda: SC(310, RPID, 0, 0, 0, 0, 0))
+)PY",
+      ExpectsFn([](const AttackEnv& env) {
+        return std::vector<Expect>{{fmt::format("stat /proc/{} (the runner)", env.runner_pid), {"ENOENT"}},
+                                   {fmt::format("read /proc/{}/mem", env.runner_pid), {"ENOENT"}},
+                                   {"a runner process", {"absent"}},
+                                   {"process_vm_readv of the runner", {"EPERM"}}};
+      }));
+  a.skip = need_x86_64;
+  return a;
+}
+
+Attack dns() {
+  Attack a;
+  a.id = "dns";
+  a.control = "own network namespace (loopback only, no resolver)";
+  a.description = "resolve a name, and query the host's own resolver over UDP and TCP";
+  a.run = [](AttackEnv& env) {
+    // The host's first IPv4 nameserver: the one a job would use if it shared the host's network.
+    std::string ns = "192.0.2.53";
+    std::istringstream conf(read_host("/etc/resolv.conf"));
+    for (std::string line; std::getline(conf, line);) {
+      std::istringstream words(line);
+      std::string key, value;
+      if (words >> key >> value && key == "nameserver" && value.find(':') == std::string::npos) {
+        ns = value;
+        break;
+      }
+    }
+    auto r = run(env, python_job(env, "NS = " + py(ns) + "\n", R"PY(Q = b'\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01'
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    try:
+        s.connect((NS, 53))
+        s.send(Q)
+        return 'answered (%d bytes)' % len(s.recv(512))
+    finally:
+        s.close()
+def tcp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect((NS, 53))
+    finally:
+        s.close()
+T('getaddrinfo example.com', lambda: socket.getaddrinfo('example.com', 80)[0][4][0])
+T('udp query to the host resolver', udp)
+T('tcp connect to the host resolver', tcp)
+T('read /etc/resolv.conf', lambda: R('/etc/resolv.conf'))
+)PY"));
+    // A loopback resolver address reaches the job's own (empty) loopback: refused. Any other is
+    // unreachable from a namespace that has only lo.
+    const bool loopback = ns.rfind("127.", 0) == 0;
+    const std::vector<std::string> sig = {loopback ? "ECONNREFUSED" : "ENETUNREACH"};
+    return judge_lines(r, {{"getaddrinfo example.com", {"EAI(*"}},
+                           {"udp query to the host resolver", sig},
+                           {"tcp connect to the host resolver", sig}},
+                       {"read /etc/resolv.conf"});
+  };
+  return a;
+}
+
+}  // namespace
+
+const char* result_name(Result r) {
+  switch (r) {
+    case Result::kStopped: return "stopped";
+    case Result::kGotThrough: return "GOT THROUGH";
+    case Result::kSkipped: return "skipped";
+    case Result::kInconclusive: return "INCONCLUSIVE";
+  }
+  return "?";
+}
+
+const char* result_json_name(Result r) {
+  switch (r) {
+    case Result::kStopped: return "stopped";
+    case Result::kGotThrough: return "got_through";
+    case Result::kSkipped: return "skipped";
+    case Result::kInconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+std::map<std::string, std::string> parse_result_lines(const std::string& out) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos && eq > 0) m[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return m;
+}
+
+std::vector<Attack> attack_catalogue() {
+  std::vector<Attack> out;
+  // --- the empty root: host files are absent, not just unreadable --------------------------------
+  out.push_back(probe_attack("read-shadow", "empty root (tmpfs root, pivot_root, old root detached)",
+                             "read the host's /etc/shadow", nullptr,
+                             "T('read /etc/shadow', lambda: R('/etc/shadow'))\n",
+                             {{"read /etc/shadow", {"ENOENT"}}}));
+  out.push_back(probe_attack("read-root-home", "empty root (tmpfs root, pivot_root, old root detached)", "list /root",
+                             nullptr, "T('list /root', lambda: len(os.listdir('/root')))\n",
+                             {{"list /root", {"ENOENT"}}}));
+  {
+    Attack a = probe_attack(
+        "read-state-dir", "empty root (tmpfs root, pivot_root, old root detached)",
+        "read and write the runner's state directory, state.json and socket",
+        [](const AttackEnv& env) {
+          return fmt::format("STATE = {}\nSOCK = {}\n", py(env.state_dir), py(env.socket_path));
+        },
+        R"PY(T('stat the state dir', lambda: os.stat(STATE) and None)
+T('read state.json', lambda: R(STATE + '/state.json'))
+T('list jobs/', lambda: len(os.listdir(STATE + '/jobs')))
+T('create a file in the state dir', lambda: W(STATE + '/gate-probe'))
+T('stat the socket', lambda: os.stat(SOCK) and None)
+)PY",
+        {{"stat the state dir", {"ENOENT"}},
+         {"read state.json", {"ENOENT"}},
+         {"list jobs/", {"ENOENT"}},
+         {"create a file in the state dir", {"ENOENT"}},
+         {"stat the socket", {"ENOENT"}}});
+    out.push_back(std::move(a));
+  }
+  out.push_back(other_caller());
+  // --- read-only mounts ------------------------------------------------------------------------
+  out.push_back(probe_attack("write-usr", "toolchains bound read-only", "create files in /usr and /usr/bin", nullptr,
+                             "T('create in /usr', lambda: W('/usr/gate-probe'))\n"
+                             "T('create in /usr/bin', lambda: W('/usr/bin/gate-probe'))\n",
+                             {{"create in /usr", {"EROFS"}}, {"create in /usr/bin", {"EROFS"}}}));
+  out.push_back(probe_attack("write-etc", "root (and /etc) remounted read-only", "create files in /etc and a host /etc directory bound into it",
+                             nullptr,
+                             "T('create in /etc', lambda: W('/etc/gate-probe'))\n"
+                             "D = next((d for d in ('/etc/ssl', '/etc/alternatives', '/etc/ld.so.conf.d') if os.path.isdir(d)), '/etc/ssl')\n"
+                             "P('bound /etc directory', D)\n"
+                             "T('create in the bound /etc directory', lambda: W(D + '/gate-probe'))\n",
+                             {{"create in /etc", {"EROFS"}}, {"create in the bound /etc directory", {"EROFS"}}},
+                             {"bound /etc directory"}));
+  out.push_back(probe_attack("write-root", "root remounted read-only", "create a file in /", nullptr,
+                             "T('create in /', lambda: W('/gate-probe'))\n", {{"create in /", {"EROFS"}}}));
+  out.push_back(dotdot());
+  out.push_back(symlink_out());
+  out.push_back(hardlink());
+  {
+    Attack a;
+    a.id = "write-caches";
+    a.control = "shared caches bound read-only";
+    a.description = "write the shared caches";
+    a.needs = "shared caches configured";
+    a.skip = [](const AttackEnv&) -> std::optional<Verdict> {
+      // The runner config has no shared cache paths yet (src/cache/ is empty): no job sees one.
+      return Verdict{Result::kSkipped, "no shared caches configured", true};
+    };
+    a.run = [](AttackEnv&) { return Verdict{Result::kSkipped, "no shared caches configured", true}; };
+    out.push_back(std::move(a));
+  }
+  // --- devices, processes, network ----------------------------------------------------------------
+  out.push_back(probe_attack("mknod", "no capabilities (CAP_MKNOD); nodev mounts", "create a device node (/dev/mem's 1:1)",
+                             nullptr,
+                             "import stat\n"
+                             "T('mknod in /workspace', lambda: os.mknod('/workspace/gate-mem', stat.S_IFCHR | 0o600, os.makedev(1, 1)))\n"
+                             "T('mknod in /tmp', lambda: os.mknod('/tmp/gate-mem', stat.S_IFCHR | 0o600, os.makedev(1, 1)))\n",
+                             {{"mknod in /workspace", {"EPERM"}}, {"mknod in /tmp", {"EPERM"}}}));
+  out.push_back(host_processes());
+  out.push_back(runner_memory());
+  out.push_back(host_loopback());
+  out.push_back(probe_attack("net-outbound", "own network namespace (loopback only)",
+                             "connect to 192.0.2.1:80 and [2001:db8::1]:80, send UDP to 192.0.2.1:53", nullptr,
+                             R"PY(def tcp(host, port, fam):
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect((host, port))
+    finally:
+        s.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b'x', ('192.0.2.1', 53))
+    finally:
+        s.close()
+T('tcp 192.0.2.1:80', lambda: tcp('192.0.2.1', 80, socket.AF_INET))
+T('tcp [2001:db8::1]:80', lambda: tcp('2001:db8::1', 80, socket.AF_INET6))
+T('udp 192.0.2.1:53', udp)
+)PY",
+                             {{"tcp 192.0.2.1:80", {"ENETUNREACH"}},
+                              {"tcp [2001:db8::1]:80", {"ENETUNREACH", "EADDRNOTAVAIL", "EAFNOSUPPORT"}},
+                              {"udp 192.0.2.1:53", {"ENETUNREACH"}}}));
+  out.push_back(dns());
+  // --- privileges -----------------------------------------------------------------------------
+  out.push_back(probe_attack("capabilities", "every capability set emptied", "read the job's capability sets", nullptr,
+                             R"PY(for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    if k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'):
+        P(k, v.strip())
+)PY",
+                             {{"CapInh", {"0000000000000000"}},
+                              {"CapPrm", {"0000000000000000"}},
+                              {"CapEff", {"0000000000000000"}},
+                              {"CapBnd", {"0000000000000000"}},
+                              {"CapAmb", {"0000000000000000"}}}));
+  out.push_back(probe_attack("no-new-privs", "no_new_privs", "read NoNewPrivs", nullptr,
+                             R"PY(for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    if k == 'NoNewPrivs':
+        P(k, v.strip())
+)PY",
+                             {{"NoNewPrivs", {"1"}}}));
+  out.push_back(setuid_binary());
+  // --- seccomp --------------------------------------------------------------------------------
+  out.push_back(probe_attack("seccomp-mode", "seccomp filter loaded", "read the job's Seccomp mode", nullptr,
+                             R"PY(for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    if k == 'Seccomp':
+        P(k, v.strip())
+)PY",
+                             {{"Seccomp", {"2"}}}));
+  {
+    Attack a = probe_attack("seccomp-calls", "seccomp filter (the reviewed table)",
+                            "call unshare, mount, keyctl, bpf, ptrace and the rest of the table with harmless arguments",
+                            nullptr, std::string(kSeccompTries), seccomp_expects());
+    a.needs = "x86_64 syscall numbers";
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  {
+    Attack a = probe_attack("ptrace-init", "seccomp: ptrace and process_vm_* refused", "ptrace the job's own init (PID 1)",
+                            nullptr,
+                            "T('PTRACE_ATTACH 1', lambda: SC(101, 16, 1, 0, 0))\n"
+                            "T('PTRACE_SEIZE 1', lambda: SC(101, 0x4206, 1, 0, 0))\n"
+                            "T('process_vm_readv 1', lambda: SC(310, 1, 0, 0, 0, 0, 0))\n",
+                            {{"PTRACE_ATTACH 1", {"EPERM"}}, {"PTRACE_SEIZE 1", {"EPERM"}}, {"process_vm_readv 1", {"EPERM"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  {
+    Attack a = probe_attack("keyring", "seccomp: keyring calls refused", "use the kernel keyring", nullptr,
+                            "T('keyctl get session keyring', lambda: SC(250, 0, -3, 1))\n"
+                            "T('add_key user', lambda: SC(248, b'user', b'gate-key', b'x', 1, -2))\n"
+                            "T('request_key user', lambda: SC(249, b'user', b'gate-key', 0, 0))\n",
+                            {{"keyctl get session keyring", {"EPERM"}}, {"add_key user", {"EPERM"}}, {"request_key user", {"EPERM"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  {
+    Attack a = probe_attack("user-namespace", "seccomp: unshare/clone with namespace flags refused",
+                            "create a new user namespace", nullptr,
+                            "C('unshare(CLONE_NEWUSER)', lambda: SC(272, 0x10000000))\n"
+                            "RUN('unshare --user --map-root-user', ['unshare', '--user', '--map-root-user', '/bin/true'])\n",
+                            {{"unshare(CLONE_NEWUSER)", {"EPERM"}}, {"unshare --user --map-root-user", {"failed*"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  {
+    Attack a = probe_attack("mount", "seccomp: mount calls refused; no CAP_SYS_ADMIN", "mount a tmpfs", nullptr,
+                            "T('mount tmpfs on /tmp', lambda: SC(165, b'none', b'/tmp', b'tmpfs', 0, 0))\n"
+                            "T('mount(NULL, NULL)', lambda: SC(165, 0, 0, 0, 0, 0))\n"
+                            "T('fsopen tmpfs', lambda: SC(430, b'tmpfs', 0))\n"
+                            "RUN('mount(8)', ['mount', '-t', 'tmpfs', 'none', '/tmp'])\n",
+                            {{"mount tmpfs on /tmp", {"EPERM"}},
+                             {"mount(NULL, NULL)", {"EPERM"}},
+                             {"fsopen tmpfs", {"EPERM"}},
+                             {"mount(8)", {"failed*"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  out.push_back(tiocsti());
+  // --- the kernel's knobs -------------------------------------------------------------------------
+  out.push_back(hostname());
+  out.push_back(probe_attack("write-proc-sys", "no root in the job (procfs permissions); no capabilities",
+                             "open /proc/sys files and /proc/sysrq-trigger for writing", nullptr,
+                             R"PY(for p in ('/proc/sys/kernel/hostname', '/proc/sys/kernel/core_pattern', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger'):
+    T('open for writing ' + p, lambda p=p: OW(p))
+)PY",
+                             {{"open for writing /proc/sys/kernel/hostname", {"EACCES", "EROFS", "EPERM"}},
+                              {"open for writing /proc/sys/kernel/core_pattern", {"EACCES", "EROFS", "EPERM"}},
+                              {"open for writing /proc/sys/vm/drop_caches", {"EACCES", "EROFS", "EPERM"}},
+                              {"open for writing /proc/sysrq-trigger", {"EACCES", "EROFS", "EPERM", "ENOENT"}}}));
+  out.push_back(probe_attack("write-sys", "no /sys in the job", "open /sys files for writing", nullptr,
+                             R"PY(for p in ('/sys/kernel/mm/ksm/run', '/sys/kernel/uevent_helper', '/sys/power/state'):
+    T('open for writing ' + p, lambda p=p: OW(p))
+)PY",
+                             {{"open for writing /sys/kernel/mm/ksm/run", {"ENOENT", "EROFS"}},
+                              {"open for writing /sys/kernel/uevent_helper", {"ENOENT", "EROFS"}},
+                              {"open for writing /sys/power/state", {"ENOENT", "EROFS"}}}));
+  out.push_back(cgroup_files());
+  // --- limits and lifetime ----------------------------------------------------------------------
+  out.push_back(env_canaries());
+  out.push_back(ssh_auth_sock());
+  out.push_back(memory_balloon());
+  out.push_back(fork_bomb());
+  out.push_back(cpuset());
+  out.push_back(daemon());
+  out.push_back(timeout_loop());
+  return out;
+}
+
+}  // namespace motor::gate

@@ -1,0 +1,88 @@
+// The attack catalogue of `motor-runner gate`: each attack names the control it measures, runs a
+// small script (python3 or sh) as a real job through the gate's runner, and judges from the job's
+// output, its terminal record and what the gate sees on the host whether the control held.
+//
+//   stopped      the control's own signature was seen (EROFS from a read-only mount, ENOENT for a
+//                host path the empty root hides, EPERM from the seccomp filter, an OOM kill, ...)
+//   GOT THROUGH  the attack succeeded, or failed only for some other reason (the control's
+//                signature is missing: a flag is not evidence, the control must be what stops it)
+//   skipped      the host or config lacks what the control needs (host_level), or the gate could
+//                not prepare the attack (not host-level: the gate fails)
+//   INCONCLUSIVE the job did not produce the result lines (the gate fails)
+//
+// docs/server-gate.md lists every attack and its control.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gate/gate_client.hpp"
+#include "gate/host_checks.hpp"
+#include "motor/expected.hpp"
+#include "runner/config.hpp"
+
+namespace motor::gate {
+
+enum class Result { kStopped, kGotThrough, kSkipped, kInconclusive };
+const char* result_name(Result r);       // "stopped", "GOT THROUGH", "skipped", "INCONCLUSIVE"
+const char* result_json_name(Result r);  // "stopped", "got_through", "skipped", "inconclusive"
+
+struct Verdict {
+  Result result = Result::kInconclusive;
+  std::string evidence;
+  bool host_level = false;  // kSkipped only: the host or config lacks the feature
+};
+
+using RunJob = std::function<JobResult(const JobRequest&, int timeout_ms,
+                                       const std::function<void(const std::string& job_id)>& on_first_output)>;
+
+// What the gate prepared for the attacks and how they reach the runner and the host.
+struct AttackEnv {
+  const runner::Config* config = nullptr;
+  HostFacts facts;
+  std::string self_exe;
+  std::string socket_path, state_dir, gate_dir;
+  std::string workspace_key;
+  std::string workspace_root;  // the runner's workspace root on the host
+  std::string workspace;       // <workspace_root>/root/<key>: the gate's jobs' /workspace
+  std::string outside_dir;     // a world-writable host directory beside the workspace
+  std::string other_caller = "gate-other";
+  std::string cgroup_parent;   // the gate runner's cgroup parent
+  pid_t runner_pid = -1;
+  int listener_fd = -1;
+  int listener_port = 0;
+  pid_t host_marker_pid = -1;
+  std::string host_marker;     // digits in the command line of a host process the gate started
+  uid_t job_uid = 0;
+  std::string host_hostname;
+  bool plant_leak = false;     // --self-test-plant-leak
+
+  RunJob run_job;                                            // as the gate's own caller ("root")
+  std::function<JobResult(const JobRequest&, int)> run_job_as_other;  // through `connect --caller gate-other`
+  std::function<Expected<std::string>(std::string_view, std::string_view)> call;  // a request on a fresh session
+  std::function<std::vector<pid_t>(const std::string&)> processes_with;  // host pids whose cmdline contains it
+  std::function<std::string()> new_marker;                   // unique digits
+};
+
+struct Attack {
+  std::string id;
+  std::string control;
+  std::string description;
+  std::string needs;  // the host feature the control needs ("" = none beyond a runner)
+  // Why the attack cannot run here, or nullopt.
+  std::function<std::optional<Verdict>(const AttackEnv&)> skip;
+  std::function<Verdict(AttackEnv&)> run;
+};
+
+std::vector<Attack> attack_catalogue();
+
+// Exposed for tests of the judge: "label=value" lines of a job's stdout.
+std::map<std::string, std::string> parse_result_lines(const std::string& out);
+
+}  // namespace motor::gate

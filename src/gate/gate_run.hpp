@@ -1,0 +1,31 @@
+// `motor-runner gate`: the operator isolation tests (issue 5, docs/server-gate.md).
+//
+// Host checks first; then a real `motor-runner serve` is started from this executable with the
+// operator's config (on a temporary state directory and socket, and a cgroup parent of its own so
+// it never touches a production runner's jobs), every attack of the catalogue is submitted to it
+// as an exec.run and judged, and everything the gate made is stopped and removed.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "runner/config.hpp"
+
+namespace motor::gate {
+
+struct GateOptions {
+  std::optional<std::string> config_path;  // the --config the runner would get (nullopt: the embedded default)
+  std::optional<std::string> state_dir;    // --state-dir: use this state directory instead of a temporary one
+  bool json = false;
+  // Test-only (hidden): the gate itself plants a canary where the env-canary attack's job can read
+  // it, so that attack must report GOT THROUGH and the gate must fail. It weakens no control of
+  // the runner; it proves the judge looks (docs/server-gate.md, "Proving the gate can fail").
+  bool self_test_plant_leak = false;
+};
+
+// Returns the process exit code: 0 when every check passed, nothing got through, nothing was
+// inconclusive and nothing was skipped without a host-level reason; 1 otherwise; 2 when the gate
+// could not run its attacks at all (the runner did not start).
+int run_gate(const runner::Config& config, const GateOptions& options);
+
+}  // namespace motor::gate
