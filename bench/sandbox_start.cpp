@@ -27,6 +27,7 @@
 
 #include <fmt/format.h>
 
+#include "first_output.hpp"
 #include "stats.hpp"
 #include "support/runner_harness.hpp"
 
@@ -35,14 +36,12 @@ extern char** environ;
 namespace {
 
 using motor::bench::median;
+constexpr auto motor_once = motor::bench::first_output_us;
 using motor::bench::percentile;
-
 using Clock = std::chrono::steady_clock;
 using motor::test::json_field;
 using motor::test::RawClient;
 using motor::test::RunnerProcess;
-
-
 
 bool is_symlink(const char* path) {
   struct stat st {};
@@ -96,26 +95,6 @@ double spawn_once(const std::vector<std::string>& args) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count();
 }
 
-// One job through the runner: microseconds from sending exec.run to its first output record.
-double motor_once(const std::string& socket, int id) {
-  RawClient c(socket);
-  if (!c.connected()) return -1;
-  const auto t0 = Clock::now();
-  c.send_frame(fmt::format(R"({{"id":{},"method":"exec.run","params":{{"argv":["/bin/echo","x"]}}}})", id));
-  double first = -1;
-  for (;;) {
-    auto f = c.read_frame(std::chrono::milliseconds(10000));
-    if (!f) return -1;
-    const std::string type = json_field(*f, "/type");
-    if (type == "output" && first < 0) first = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (type == "terminal") {
-      if (json_field(*f, "/outcome/code") != "0") return -1;
-      break;
-    }
-    if (!json_field(*f, "/error/code").starts_with("<")) return -1;
-  }
-  return first;
-}
 
 }  // namespace
 
