@@ -129,6 +129,15 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
     }
     if (o.json) print_json_line(*m);
     if (m->id && *m->id != request_id) continue;  // a reply to our cancel
+    if (m->kind == protocol::Message::Kind::kError && m->error_code == "stalled" && !job_id.empty()) {
+      // The runner stopped feeding us because we read too slowly; nothing is lost: pick up
+      // where we are.
+      CliOptions again_opts = o;
+      again_opts.job_id = job_id;
+      auto id = conn.request("exec.attach", job_ref_params(again_opts, secret, last_seq + 1));
+      if (id) request_id = *id;
+      continue;
+    }
     if (m->kind == protocol::Message::Kind::kError) {
       fmt::print(stderr, "motor: {}: {}\n", m->error_code, m->error_message);
       return m->error_code == "unauthorized" ? kExitNoPermission : m->error_code == "bad_request" ? kExitUsage : kExitSoftware;

@@ -94,6 +94,9 @@ job_tmp_size = 1G
 job_log_max_size = 1G
 # Output in flight per client; a client that reads slower than this waits (backpressure).
 client_buffer_size = 1M
+# A client that reads nothing for this long while its job has more for it is dropped from the
+# job's stream with a "stalled" error naming where to reattach (its output stays in the history).
+stalled_client_timeout_s = 60
 # Finished jobs whose records and logs are kept.
 finished_jobs_kept = 1000
 # Seconds a finished job's output history is kept; after that an attach answers history_expired.
@@ -329,7 +332,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 35> kKeys = {{
+const std::array<KeySpec, 36> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -498,6 +501,8 @@ const std::array<KeySpec, 35> kKeys = {{
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{1} << 20, int64_t{1} << 40, c.job_tmp_bytes);
      }},
+    {"stalled_client_timeout_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, kYear, c.stalled_client_timeout_s); }},
     {"client_buffer_size", false,
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 30, c.client_buffer_bytes);

@@ -61,6 +61,9 @@ struct Config {
   // Output history kept per job on disk, and per client in flight (backpressure bound).
   int64_t job_log_max_bytes = int64_t{1} << 30;
   int64_t client_buffer_bytes = 1 << 20;
+  // A follower that has read nothing for this long while its job has more for it is dropped
+  // with a `stalled` error naming the seq to reattach from (its data stays in the history).
+  int64_t stalled_client_timeout_s = 60;
   int64_t finished_jobs_kept = 1000;
   // A finished job's output history is deleted this long after the job ended (its record stays
   // until finished_jobs_kept pushes it out; an attach then answers history_expired).

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "motor/sys_error.hpp"
@@ -457,6 +458,7 @@ void Job::session_drained(Session& session) {
 }
 
 void Job::pump_all() {
+  drop_stalled_followers();
   // pump() may remove the follower it serves (after the terminal record): iterate by copy.
   auto sessions = followers_;
   for (auto& f : sessions) {
@@ -469,10 +471,35 @@ void Job::pump_all() {
   }
 }
 
+void Job::drop_stalled_followers() {
+  const uint64_t now = uv_now(runner_.loop());
+  const uint64_t limit = static_cast<uint64_t>(runner_.config().stalled_client_timeout_s) * 1000;
+  std::vector<std::pair<Session*, int64_t>> dropped;
+  for (const auto& f : followers_) {
+    if (f.stalled_since_ms != 0 && now - f.stalled_since_ms >= limit) dropped.emplace_back(f.session, f.request_id);
+  }
+  for (auto [session, request_id] : dropped) {
+    auto it = std::find_if(followers_.begin(), followers_.end(),
+                           [&](const Follower& g) { return g.session == session && g.request_id == request_id; });
+    const int64_t resume = it->cursor.next_seq;
+    followers_.erase(it);
+    std::erase(session->followed_jobs(), id_);
+    log_job(id_, "dropped a client that read nothing for {} s (it may reattach from seq {})",
+            runner_.config().stalled_client_timeout_s, resume);
+    // Queued behind what it has not read yet: it sees this once it reads again.
+    session->send(protocol::encode_error(
+        request_id, "stalled",
+        fmt::format("this client read nothing for {} s while job {} had more output; reattach with exec.attach "
+                    "from_seq {} (nothing is lost)",
+                    runner_.config().stalled_client_timeout_s, id_, resume)));
+  }
+}
+
 void Job::pump(Follower& f) {
   Session& session = *f.session;
   const int64_t request_id = f.request_id;
   bool done = false;
+  if (session.has_room()) f.stalled_since_ms = 0;
   while (session.has_room()) {
     auto entry = log_->read(f.cursor, scratch_);
     if (!entry) {
@@ -496,6 +523,9 @@ void Job::pump(Follower& f) {
   // Once the job is finished and this follower has had its last record (the terminal one), the
   // follow is over, however that record reached it.
   if (state_ == State::kFinished && f.cursor.next_seq > log_->last_seq()) done = true;
+  if (!done && !session.has_room() && f.cursor.next_seq <= log_->last_seq() && f.stalled_since_ms == 0) {
+    f.stalled_since_ms = uv_now(runner_.loop());
+  }
   if (done) {
     std::erase(session.followed_jobs(), id_);
     std::erase_if(followers_, [&](const Follower& g) { return g.session == &session && g.request_id == request_id; });

@@ -97,7 +97,9 @@ class Job {
     int64_t request_id;
     JobLog::Cursor cursor;
     std::optional<int64_t> truncated_before_seq;  // to report on the next record sent
+    uint64_t stalled_since_ms = 0;  // loop time its session first had no room for more; 0 = flowing
   };
+  void drop_stalled_followers();
   struct OutputPipe {
     Job* job = nullptr;
     reactor::UvHandle<uv_pipe_t> pipe;

@@ -350,3 +350,44 @@ TEST_F(RunnerAttach, RunReattachesByItselfAndNeverRerunsTheJob) {
 
 }  // namespace
 }  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+TEST_F(RunnerAttach, AStalledFollowerIsDroppedWithAnErrorItSeesWhenItReadsAgainAndLosesNothing) {
+  RunnerProcess r("stalled_client_timeout_s = 1\n");
+  ASSERT_TRUE(r.start());
+  RawClient slow(r.socket());
+  // 8 MiB over about 3 s: far more than the 1 MiB in flight plus the socket buffers.
+  ASSERT_TRUE(slow.send_frame(run_frame(1, "for i in 1 2 3 4 5 6 7 8; do head -c 1048576 /dev/zero | tr '\\0' y; sleep 0.4; done", false)));
+  std::this_thread::sleep_for(5000ms);  // read nothing meanwhile
+  std::string job, stalled;
+  int64_t last_seq = 0;
+  size_t bytes = 0;
+  for (std::optional<std::string> f; (f = slow.read_frame(5000ms));) {
+    if (json_field(*f, "/type") == "accepted") job = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output") {
+      bytes += protocol::base64_decode(json_field(*f, "/bytes")).value_or("").size();
+      last_seq = std::stoll(json_field(*f, "/seq"));
+    }
+    if (json_field(*f, "/error/code") == "stalled") {
+      stalled = *f;
+      break;
+    }
+  }
+  ASSERT_FALSE(stalled.empty()) << "no stalled error; got " << bytes << " bytes";
+  EXPECT_NE(json_field(stalled, "/error/message").find(fmt::format("from_seq {}", last_seq + 1)), std::string::npos)
+      << stalled << " last seq " << last_seq;
+  // Nothing is lost: the rest is in the history.
+  RawClient again(r.socket());
+  ASSERT_TRUE(again.send_frame(attach_frame(2, job, last_seq + 1)));
+  Stream rest = read_stream(again);
+  EXPECT_EQ(bytes + rest.stdout_bytes.size(), size_t{8} << 20);
+  EXPECT_EQ(json_field(rest.terminal, "/outcome/code"), "0");
+  // The CLI reattaches by itself on that error.
+  auto cli = r.client({"attach", job});
+  EXPECT_EQ(cli.out.size(), size_t{8} << 20);
+}
+
+}  // namespace
+}  // namespace motor::test
