@@ -38,16 +38,7 @@
 
 #include "support/runner_harness.hpp"
 
-// The harmless syscall tries of the probe (sandbox_probe.cpp), one per seccomp table entry.
-namespace motor_sandbox_test {
-enum class Expect { kEperm, kEnosys, kAllowed };
-struct SyscallTry {
-  const char* name;
-  Expect expect;
-  long (*call)();
-};
-std::span<const SyscallTry> syscall_tries();
-}  // namespace motor_sandbox_test
+#include "integration/sandbox_probe.hpp"
 
 namespace motor::test {
 namespace {

@@ -7,6 +7,8 @@
 // It also holds the table of harmless tries of every syscall the seccomp policy refuses (the way
 // bubblewrap's try-syscall does): invalid arguments, so that without the filter each call fails
 // with some error other than the filter's (or succeeds harmlessly in a throwaway child).
+#include "integration/sandbox_probe.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -33,14 +35,6 @@
 #include <vector>
 
 namespace motor_sandbox_test {
-
-enum class Expect { kEperm, kEnosys, kAllowed };
-
-struct SyscallTry {
-  const char* name;  // "clone(CLONE_NEWUSER)": the seccomp table entry is the part before '('
-  Expect expect;
-  long (*call)();
-};
 
 namespace {
 

@@ -28,17 +28,7 @@
 
 #include "sandbox/seccomp_policy.hpp"
 
-namespace motor_sandbox_test {
-enum class Expect { kEperm, kEnosys, kAllowed };
-struct SyscallTry {
-  const char* name;
-  Expect expect;
-  long (*call)();
-};
-std::span<const SyscallTry> syscall_tries();
-long run_try_in_child(const SyscallTry& t, void (*before)());
-std::string describe(long r);
-}  // namespace motor_sandbox_test
+#include "integration/sandbox_probe.hpp"
 
 namespace {
 
