@@ -79,6 +79,18 @@ const char* state_name(const Job& job) {
   return "finished";
 }
 
+// At start-up only (before the loop serves anyone): kills what a dead runner left in a job
+// cgroup, waits up to 10 s for it to empty, and removes it.
+Status kill_and_remove(sandbox::JobCgroup& cg) {
+  (void)cg.kill_all();
+  for (int i = 0; i < 2000; ++i) {
+    auto populated = cg.populated();
+    if (!populated || !*populated) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cg.remove();
+}
+
 void restore_secret_digest(Job& job, const std::string& hex) {
   Sha256Digest d{};
   if (!hex.empty() && from_hex(hex, d)) job.set_secret_digest(d);
@@ -263,13 +275,7 @@ Status Runner::recover() {
     if (!pj.cgroup.empty()) {
       known_cgroups.insert(pj.cgroup);
       if (auto cg = cgroups_->open(pj.cgroup)) {
-        (void)(*cg)->kill_all();
-        for (int i = 0; i < 2000; ++i) {
-          auto p = (*cg)->populated();
-          if (!p || !*p) break;
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        if (auto s = (*cg)->remove(); !s) log_warning("job {}: removing its cgroup: {}", pj.job_id, s.error().message);
+        if (auto s = kill_and_remove(**cg); !s) log_warning("job {}: removing its cgroup: {}", pj.job_id, s.error().message);
       }
     }
     protocol::TerminalRecord t;
@@ -307,13 +313,7 @@ Status Runner::recover() {
     if (known_cgroups.count(name)) continue;
     if (auto cg = cgroups_->open(name)) {
       log_warning("removing the leftover cgroup {}", name);
-      (void)(*cg)->kill_all();
-      for (int i = 0; i < 2000; ++i) {
-        auto p = (*cg)->populated();
-        if (!p || !*p) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      (void)(*cg)->remove();
+      if (auto s = kill_and_remove(**cg); !s) log_warning("removing the leftover cgroup {}: {}", name, s.error().message);
     }
   }
   evict_finished();
