@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "gate/gate_run.hpp"
+#include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "runner/config.hpp"
 #include "runner/connect.hpp"
@@ -46,6 +47,34 @@ int usage_error(const std::string& message) {
   return 64;
 }
 
+#ifdef MOTOR_TESTING
+constexpr bool kBuiltForTesting = true;
+#else
+constexpr bool kBuiltForTesting = false;
+#endif
+
+// `--test-*` flags: accepted only by motor-runner-testing (include/motor/test_switches.hpp).
+// Returns an error message, or "" when the flag was taken.
+std::string take_test_flag(const std::string& arg) {
+  if (!kBuiltForTesting)
+    return arg + " is refused: this motor-runner was not built for testing (test switches exist only in "
+                 "motor-runner-testing, which is never installed)";
+  const auto eq = arg.find('=');
+  const std::string name = arg.substr(0, eq);
+  const std::string value = eq == std::string::npos ? std::string() : arg.substr(eq + 1);
+  if (value.empty()) return name + " needs =VALUE";
+  if (name == "--test-weaken") {
+    if (!motor::is_weakenable_control(value)) return "--test-weaken: unknown control " + value;
+    motor::test_switches().weakened.push_back(value);
+    return "";
+  }
+  if (name == "--test-allow-destination") {
+    motor::test_switches().allowed_destinations.push_back(value);
+    return "";
+  }
+  return "unknown test switch " + name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,6 +104,9 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (a == "--json") opt.json = true;
     else if (a == "--self-test-plant-leak") opt.self_test_plant_leak = true;
+    else if (a.rfind("--test-", 0) == 0) {
+      if (auto problem = take_test_flag(a); !problem.empty()) return usage_error(problem);
+    }
     else if (a.rfind("--config", 0) == 0) ok = value(opt.config);
     else if (a.rfind("--state-dir", 0) == 0) ok = value(opt.state_dir);
     else if (a.rfind("--socket", 0) == 0) ok = value(opt.socket);
@@ -114,6 +146,10 @@ int main(int argc, char** argv) {
   if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
   if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
   log_init();
+  for (const auto& control : motor::test_switches().weakened)
+    log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
+  for (const auto& cidr : motor::test_switches().allowed_destinations)
+    log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
   // Every client session is a socket: take the whole open-file allowance the host grants.
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
