@@ -46,7 +46,8 @@ git --git-dir="$m" update-ref "refs/motor/ws/$key" "$got" || exit 12
 
 // Updates the workspace to exactly the commit's tree, in the sandbox as the job account, with
 // the runner's git dir (/meta/git, objects from the read-only mirror) and index (/meta/index,
-// which holds the stat data of the last checkout: only changed files are rewritten). A .git
+// which holds the stat data of the last checkout; a refresh first re-hashes only files whose
+// stat data moved, so only files whose content differs are rewritten). A .git
 // the job made is removed; untracked files are removed, ignored ones (target/) stay.
 constexpr const char* kCheckoutScript = R"sh(set -u
 commit=$1
@@ -57,6 +58,7 @@ if [ ! -f /meta/git/HEAD ]; then
 fi
 echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
+git update-index -q --refresh >/dev/null 2>&1
 git read-tree --reset -u "$commit" || exit 12
 git clean -ffdq || exit 12
 git update-ref --no-deref HEAD "$commit" || exit 12
