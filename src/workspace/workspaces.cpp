@@ -36,31 +36,41 @@ constexpr const char* kMirrorScript = R"sh(set -u
 m=$1 b=$2 key=$3 tid=$4 commit=$5 tree=$6
 if [ ! -f "$m/HEAD" ]; then git init -q --bare "$m" || exit 12; fi
 git --git-dir="$m" fetch -q --no-tags --no-write-fetch-head "$b" "+refs/motor/synthetic:refs/motor/incoming/$tid" || exit 10
-got=$(git --git-dir="$m" rev-parse --verify -q "refs/motor/incoming/$tid^{commit}") || exit 10
-gottree=$(git --git-dir="$m" rev-parse --verify -q "$got^{tree}") || exit 10
-git --git-dir="$m" update-ref -d "refs/motor/incoming/$tid"
-[ "$got" = "$commit" ] || { echo "the bundle holds commit $got" >&2; exit 13; }
-[ "$gottree" = "$tree" ] || { echo "the bundle's tree is $gottree" >&2; exit 11; }
-git --git-dir="$m" update-ref "refs/motor/ws/$key" "$got" || exit 12
+ids=$(git --git-dir="$m" rev-parse "refs/motor/incoming/$tid^{commit}" "refs/motor/incoming/$tid^{tree}") || exit 10
+got=${ids%%[!0-9a-f]*} gottree=${ids##*[!0-9a-f]}
+if [ "$got" != "$commit" ] || [ "$gottree" != "$tree" ]; then
+  git --git-dir="$m" update-ref -d "refs/motor/incoming/$tid"
+  [ "$got" = "$commit" ] || { echo "the bundle holds commit $got" >&2; exit 13; }
+  echo "the bundle's tree is $gottree" >&2
+  exit 11
+fi
+printf 'delete refs/motor/incoming/%s\nupdate refs/motor/ws/%s %s\n' "$tid" "$key" "$got" |
+  git --git-dir="$m" update-ref --stdin || exit 12
 )sh";
 
 // Updates the workspace to exactly the commit's tree, in the sandbox as the job account, with
 // the runner's git dir (/meta/git, objects from the read-only mirror) and index (/meta/index,
-// which holds the stat data of the last checkout; a refresh first re-hashes only files whose
-// stat data moved, so only files whose content differs are rewritten). A .git
-// the job made is removed; untracked files are removed, ignored ones (target/) stay.
+// which holds the stat data of the last checkout). Only files whose content differs are
+// rewritten, so unchanged files keep their mtimes. "clean" (no job changed anything since the
+// last checkout): a two-way read-tree from the last commit touches only the paths that differ
+// between the two trees. Otherwise: a refresh re-hashes files whose stat data moved, a reset
+// restores what jobs changed, and untracked files are removed; ignored ones (target/) stay.
+// A .git a job made is removed either way.
 constexpr const char* kCheckoutScript = R"sh(set -u
-commit=$1
+commit=$1 mode=$2
 export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
 if [ ! -f /meta/git/HEAD ]; then
   env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
   git config core.bare false || exit 12
+  mode=full
 fi
 echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
-git update-index -q --refresh >/dev/null 2>&1
-git read-tree --reset -u "$commit" || exit 12
-git clean -ffdq || exit 12
+if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
+  git update-index -q --refresh >/dev/null 2>&1
+  git read-tree --reset -u "$commit" || exit 12
+  git clean -ffdq || exit 12
+fi
 git update-ref --no-deref HEAD "$commit" || exit 12
 )sh";
 
@@ -501,6 +511,10 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript);
   spec.argv.push_back(next.tree.commit);
+  // Clean only when this workspace was checked out by this runner and no job changed it since.
+  auto current = records_.find(k);
+  const bool clean = current != records_.end() && !current->second.dirty && current->second.mirror == next.mirror;
+  spec.argv.push_back(clean ? "clean" : "full");
   spec.env = git_env();
   spec.timeout_ms = kCheckoutTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
@@ -516,6 +530,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
     }
     next.tree.prepared_at_ms = now_ms();
     next.git = GitState{};  // the checkout removed any .git a job made
+    next.dirty = false;
     if (auto st = save_record(caller, key, next); !st) return then(st, nullptr);
     records_[k] = next;
     then({}, &records_[k]);
@@ -647,12 +662,14 @@ void Workspaces::scan(const std::string& caller, const std::string& key, std::fu
       report = parse_scan_output(r.out);
     }
     if (!report || rec == records_.end()) {
+      if (rec != records_.end()) rec->second.dirty = true;
       base.fields.reset();
       std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), r.describe().c_str());
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
     rec->second.git = report->git;
+    rec->second.dirty = !report->changes.empty() || report->git.present;
     done(std::move(base));
   });
 }

@@ -112,6 +112,7 @@ class Workspaces {
     PreparedTree tree;
     std::string mirror;  // host path of the mirror holding tree.commit
     GitState git;        // the job-made .git's state after the last job (absent after a prepare)
+    bool dirty = true;   // a job may have changed it since the last checkout (unknown: true)
   };
   std::string mirror_path(const std::string& caller, const std::string& repository_root) const;
   std::string meta_dir(const std::string& caller, const std::string& key) const;
