@@ -329,7 +329,8 @@ int run_workspace(const CliOptions& o, Connection& conn) {
     write_all(STDOUT_FILENO, prepared->raw);
     write_all(STDOUT_FILENO, "\n");
   } else {
-    fmt::print("workspace {} prepared: tree {}, {} bundle bytes sent\n", key, prepared->tree_hash, prepared->bundle_bytes);
+    fmt::print("workspace {} prepared: tree {}, {} bundle bytes sent (runner: fetch {} ms, checkout {} ms)\n", key,
+               prepared->tree_hash, prepared->bundle_bytes, prepared->fetch_ms, prepared->checkout_ms);
   }
   return 0;
 }

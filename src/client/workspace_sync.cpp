@@ -149,6 +149,8 @@ bool read_outcome(simdjson::dom::parser& parser, const std::string& raw, Prepare
   if (!result["tree_hash"].get_string().get(tree)) out.tree_hash = std::string(tree);
   int64_t n = 0;
   if (!result["bundle_bytes"].get_int64().get(n)) out.bundle_bytes = n;
+  if (!result["fetch_ms"].get_int64().get(n)) out.fetch_ms = n;
+  if (!result["checkout_ms"].get_int64().get(n)) out.checkout_ms = n;
   out.transient = !result["retry_after_ms"].is_null();
   return true;
 }
@@ -192,10 +194,13 @@ std::string derive_workspace_key(const std::string& root) {
 Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
                                            bool progress) {
   const std::string& root = checkout.root;
-  auto objects = git_ok({"-C", root, "rev-parse", "--path-format=absolute", "--git-path", "objects"});
-  if (!objects) return objects.error();
-  auto index = git_ok({"-C", root, "rev-parse", "--path-format=absolute", "--git-path", "index"});
-  if (!index) return index.error();
+  auto paths = git_ok({"-C", root, "rev-parse", "--path-format=absolute", "--git-path", "objects", "--git-path", "index"});
+  if (!paths) return paths.error();
+  const auto nl = paths->find('\n');
+  if (nl == std::string::npos) return Error{"git", "git rev-parse --git-path: unexpected output"};
+  const std::string objects_dir = paths->substr(0, nl), index_path = paths->substr(nl + 1);
+  const std::string* objects = &objects_dir;
+  const std::string* index = &index_path;
 
   // The private cache repository: objects of synthetic commits, the private index (its stat
   // data makes the next `git add` hash only what changed) and the last bundled commits.

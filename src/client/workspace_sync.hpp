@@ -33,6 +33,7 @@ struct PrepareOutcome {
   bool transient = false;
   int64_t bundle_bytes = 0;
   std::string tree_hash;
+  int64_t fetch_ms = 0, checkout_ms = 0;  // the runner's two steps
   std::string raw;             // the final reply as received
 };
 

@@ -314,6 +314,7 @@ std::string Workspaces::final_reply(int64_t request_id, const std::string& trans
   if (prepared) {
     w.field("tree_hash", prepared->tree.tree).field("commit", prepared->tree.commit);
     w.field("bundle_bytes", prepared->tree.bundle_bytes);
+    w.field("fetch_ms", prepared->tree.fetch_ms).field("checkout_ms", prepared->tree.checkout_ms);
   }
   w.end_object();
   return protocol::encode_result(request_id, w.str());
@@ -344,6 +345,7 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
     }
     Record next = it->second;
     next.tree.bundle_bytes = 0;
+    next.tree.fetch_ms = 0;
     ++busy_[k];
     return checkout(caller, p.workspace_key, std::move(next), reply_when_checked(request_id, "", std::move(reply)));
   }
@@ -468,7 +470,8 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
   spec.timeout_ms = kMirrorTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
   std::shared_ptr<Transfer> shared(std::move(t));
-  run_child(loop_, std::move(spec), [this, alive = alive_, shared, commit, mirror, caller,
+  const uint64_t fetch_start = uv_hrtime();
+  run_child(loop_, std::move(spec), [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
                                      reply = std::move(reply)](ChildResult r) mutable {
     if (!*alive) return;
     unlink(shared->path.c_str());
@@ -488,6 +491,7 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
     next.tree.commit = commit;
     next.tree.tree = shared->tree;
     next.tree.bundle_bytes = shared->received;
+    next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
     checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
   });
 }
@@ -518,7 +522,8 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.env = git_env();
   spec.timeout_ms = kCheckoutTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
-  run_child(loop_, std::move(spec), [this, alive = alive_, caller, key, k, next = std::move(next),
+  const uint64_t checkout_start = uv_hrtime();
+  run_child(loop_, std::move(spec), [this, alive = alive_, caller, key, k, next = std::move(next), checkout_start,
                                      then = std::move(then)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
@@ -529,6 +534,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
       return then(make_error("workspace_setup_failed", "updating the workspace failed: " + r.describe()), nullptr);
     }
     next.tree.prepared_at_ms = now_ms();
+    next.tree.checkout_ms = static_cast<int64_t>((uv_hrtime() - checkout_start) / 1000000);
     next.git = GitState{};  // the checkout removed any .git a job made
     next.dirty = false;
     if (auto st = save_record(caller, key, next); !st) return then(st, nullptr);

@@ -46,6 +46,7 @@ struct PreparedTree {
   std::string commit, tree;
   int64_t bundle_bytes = 0;     // the last prepare's bundle (0: nothing had to be sent)
   int64_t prepared_at_ms = 0;
+  int64_t fetch_ms = 0, checkout_ms = 0;  // (ext) the last prepare's two steps on the runner
 };
 
 class Workspaces {
