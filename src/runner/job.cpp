@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
 #include "runner/runner.hpp"
@@ -93,9 +94,10 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   platform_ = launch.platform;
   cgroup_name_ = "job-" + id_;
   sandbox::CgroupLimits limits;
-  limits.memory_bytes = launch.memory_bytes;
-  limits.pids_max = launch.pids_max;
-  limits.cpus = launch.cpus.list();
+  // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
+  limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch.memory_bytes;
+  limits.pids_max = control_weakened("pids-limit") ? 0 : launch.pids_max;
+  limits.cpus = control_weakened("cpuset") ? std::string() : launch.cpus.list();
   cpus_ = launch.cpus;
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
