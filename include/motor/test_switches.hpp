@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 24> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 25> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -43,6 +43,7 @@ inline constexpr std::array<std::string_view, 24> kWeakenableControls = {
     "memory-limit",        // job.cpp: no memory limit on the job's cgroup
     "pids-limit",          // job.cpp: no pids limit on the job's cgroup
     "cpuset",              // job.cpp: the cpuset is the parent's, not the claim
+    "cgroup-kill",         // job.cpp: a deadline or exit kills only the main process, not the cgroup
 };
 
 struct TestSwitches {

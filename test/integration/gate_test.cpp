@@ -278,6 +278,9 @@ const std::vector<WeakenedRow>& weakened_rows() {
       {{"no-sys"}, {"write-sys", "cgroup-files"}, {"write-proc-sys", "read-shadow"}},
       {{"fresh-proc"}, {"proc-host", "runner-memory"}, {"write-proc-sys", "daemon", "ptrace-init"}},
       {{"pid-namespace"}, {"proc-host", "runner-memory"}, {"daemon", "timeout", "ptrace-init"}},
+      // The end of the PID namespace alone still takes everything the command left.
+      {{"cgroup-kill"}, {}, {"daemon", "timeout"}},
+      {{"pid-namespace", "cgroup-kill"}, {"daemon", "timeout", "proc-host"}, {"memory-balloon"}},
       {{"network-namespace"}, {"net-host-loopback", "net-outbound", "dns"}, {"hostname", "read-shadow"}, "", true},
       {{"uts-namespace"}, {"hostname"}, {"net-host-loopback", "cgroup-files"}},
       {{"cgroup-namespace"}, {"cgroup-files"}, {"write-sys", "hostname"}},
