@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 25> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 26> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -29,6 +29,7 @@ inline constexpr std::array<std::string_view, 25> kWeakenableControls = {
     "network-namespace",   // namespaces.cpp: no CLONE_NEWNET
     "uts-namespace",       // namespaces.cpp: no CLONE_NEWUTS (and so no hostname is set)
     "cgroup-namespace",    // namespaces.cpp: no CLONE_NEWCGROUP
+    "ipc-namespace",       // namespaces.cpp: no CLONE_NEWIPC
     "capabilities",        // capabilities.cpp: bounding set kept, sets not emptied
     "no-new-privs",        // capabilities.cpp: no PR_SET_NO_NEW_PRIVS (seccomp loaded as root)
     "nosuid",              // sandbox_plan.cpp: the workspace bound without nosuid

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/msg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -837,6 +839,24 @@ Attack write_caches() {
   return a;
 }
 
+Attack sysv_ipc() {
+  Attack a;
+  a.id = "sysv-ipc";
+  a.control = "own IPC namespace";
+  a.description = "open a SysV message queue the gate made on the host (world-writable)";
+  a.skip = need_x86_64;
+  a.run = [](AttackEnv& env) {
+    // A key of our own, the queue 0666 so that only the namespace can keep the job from it.
+    const key_t key = static_cast<key_t>(0x6d740000 | (std::atoi(env.new_marker().c_str() + 6) & 0xffff));
+    const int queue = msgget(key, IPC_CREAT | IPC_EXCL | 0666);
+    if (queue < 0) return inconclusive(fmt::format("could not make a message queue with key {:#x}: {}", key, std::strerror(errno)));
+    auto r = run(env, python_job(env, fmt::format("KEY = {}\n", key), "T('msgget the host queue', lambda: SC(68, KEY, 0))\n"));
+    msgctl(queue, IPC_RMID, nullptr);
+    return judge_lines(r, {{"msgget the host queue", {"ENOENT"}}});
+  };
+  return a;
+}
+
 Attack hostname() {
   Attack a;
   a.id = "hostname";
@@ -1169,6 +1189,7 @@ T('udp 192.0.2.1:53', udp)
   out.push_back(tiocsti());
   // --- the kernel's knobs -------------------------------------------------------------------------
   out.push_back(hostname());
+  out.push_back(sysv_ipc());
   out.push_back(probe_attack("write-proc-sys", "no root in the job (procfs permissions); no capabilities",
                              "open /proc/sys files and /proc/sysrq-trigger for writing", nullptr,
                              R"PY(for p in ('/proc/sys/kernel/hostname', '/proc/sys/kernel/core_pattern', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger'):

@@ -22,7 +22,7 @@ constexpr Kind kKinds[] = {
     {"mnt", CLONE_NEWNS, "mount namespace is not new", ""},
     {"pid", CLONE_NEWPID, "PID namespace is not new", "pid-namespace"},
     {"net", CLONE_NEWNET, "network namespace is not new", "network-namespace"},
-    {"ipc", CLONE_NEWIPC, "IPC namespace is not new", ""},
+    {"ipc", CLONE_NEWIPC, "IPC namespace is not new", "ipc-namespace"},
     {"uts", CLONE_NEWUTS, "UTS namespace is not new", "uts-namespace"},
     {"cgroup", CLONE_NEWCGROUP, "cgroup namespace is not new", "cgroup-namespace"},
 };

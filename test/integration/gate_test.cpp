@@ -37,7 +37,7 @@ const std::vector<std::string> kAttacks = {
     "write-root",     "fs-dotdot",      "fs-symlink",     "fs-hardlink",            "write-caches",   "mknod",
     "proc-host",      "runner-memory",  "net-host-loopback", "net-outbound",        "dns",            "capabilities",
     "no-new-privs",   "setuid",         "seccomp-mode",   "seccomp-calls",          "ptrace-init",    "keyring",
-    "user-namespace", "mount",          "tiocsti",        "hostname",               "write-proc-sys", "write-sys",
+    "user-namespace", "mount",          "tiocsti",        "hostname",               "sysv-ipc",       "write-proc-sys", "write-sys",
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
     "daemon",         "timeout"};
 
@@ -237,8 +237,9 @@ TEST_F(Gate, AWeakenedRunSaysSoAndNeverPasses) {
                        {}, std::chrono::seconds(300));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("!!! TEST BUILD: this runner ran with weakened control readonly-caches"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("1 stopped, 0 got through, 0 skipped (1 of 38 attacks run: --attack); TEST BUILD, WEAKENED: "
-                       "readonly-caches\n"),
+  EXPECT_NE(r.out.find(fmt::format("1 stopped, 0 got through, 0 skipped (1 of {} attacks run: --attack); TEST BUILD, WEAKENED: "
+                                   "readonly-caches\n",
+                                   kAttacks.size())),
             std::string::npos)
       << r.out;
   expect_nothing_left();
@@ -284,6 +285,7 @@ const std::vector<WeakenedRow>& weakened_rows() {
       {{"network-namespace"}, {"net-host-loopback", "net-outbound", "dns"}, {"hostname", "read-shadow"}, "", true},
       {{"uts-namespace"}, {"hostname"}, {"net-host-loopback", "cgroup-files"}},
       {{"cgroup-namespace"}, {"cgroup-files"}, {"write-sys", "hostname"}},
+      {{"ipc-namespace"}, {"sysv-ipc"}, {"hostname", "net-host-loopback"}},
       {{"capabilities"}, {"capabilities"}, {"mknod", "write-proc-sys", "no-new-privs", "hostname"}},
       {{"no-new-privs"}, {"no-new-privs"}, {"setuid", "seccomp-mode", "capabilities"}},
       {{"nosuid"}, {}, {"setuid", "no-new-privs"}},  // no_new_privs alone still holds the setuid attack
