@@ -814,9 +814,10 @@ Attack write_caches() {
   a.control = "shared caches bound read-only";
   a.description = "create a file in each shared cache (cache_paths)";
   a.needs = "shared caches configured";
-  a.skip = [](const AttackEnv& env) -> std::optional<Verdict> {
-    if (!env.config->cache_paths.empty()) return std::nullopt;
-    return Verdict{Result::kSkipped, "no shared caches configured", true};
+  // A config without cache_paths gives no job a cache to write: a host-level skip.
+  const Verdict no_caches{Result::kSkipped, "no shared caches configured", true};
+  a.skip = [no_caches](const AttackEnv& env) {
+    return env.config->cache_paths.empty() ? std::optional<Verdict>(no_caches) : std::nullopt;
   };
   a.run = [](AttackEnv& env) {
     const std::string name = "gate-cache-probe-" + env.new_marker();
