@@ -158,6 +158,7 @@ class Job {
   std::optional<std::string> killed_;  // "deadline" | "cancel"
   bool cancelled_ = false;
   bool kill_issued_ = false;
+  int leftover_polls_ = 0;  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   std::string terminal_json_;
   // The workspace report, asked for once the processes are gone and before the terminal record.
   bool report_requested_ = false, report_ready_ = false;
