@@ -43,6 +43,9 @@ constexpr uint64_t kExitFlushMs = 2000;
 constexpr size_t kListLimit = 500;
 constexpr uint64_t kMetricsEveryMs = 15000;
 constexpr uint64_t kHistorySweepMs = 3600 * 1000;
+// Fresh network namespaces the job starter keeps ready (sandbox/netns_pool.hpp): enough for a
+// burst of starts; each costs the kernel a few tens of KiB while it waits.
+constexpr size_t kNetnsPoolSize = 4;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
 constexpr const char* kSiblingsInJob = "/siblings";
@@ -194,6 +197,10 @@ Status Runner::start() {
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
+  }
+  // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
+  if (auto s = job_starter_.start(kNetnsPoolSize); !s) {
+    log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
   if (auto s = listen(); !s) return s;
   // Output histories past their age are deleted now and then (and once at start).
@@ -703,8 +710,8 @@ void Runner::start_next() {
   }
   const auto env = filter_env(p.env, config_.env_allow);
   // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
-  // motor-init as PID 1 running the command. Planned here, in the runner; the child only
-  // makes the system calls.
+  // motor-init as PID 1 running the command. Planned by the job starter (job_starter.hpp) just
+  // before its clone3; the child only makes the system calls.
   sandbox::SandboxConfig box;
   box.workspace = {*ws, kWorkspaceInJob};
   box.tmp_size_bytes = static_cast<uint64_t>(config_.job_tmp_bytes);
@@ -725,10 +732,6 @@ void Runner::start_next() {
     }
     box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
   }
-  auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return refuse("workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
-
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
@@ -741,7 +744,7 @@ void Runner::start_next() {
   launch.cpus = cpu_claims_.claim(pending.cpus);
   launch.network = p.network;
   launch.platform = p.platform;
-  if (auto s = job.start(launch, *cgroups_, &hooks); !s) {
+  if (auto s = job.start(launch, *cgroups_, box); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     cpu_claims_.release(launch.cpus);
     return refuse("workspace_setup_failed", s.error().message);

@@ -21,6 +21,7 @@
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
+#include "runner/job_starter.hpp"
 #include "runner/notify.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
@@ -42,6 +43,7 @@ class Runner {
   const Config& config() const { return config_; }
   uv_loop_t* loop() const { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
+  JobStarter& job_starter() { return job_starter_; }
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
 
   // From sessions.
@@ -124,6 +126,7 @@ class Runner {
   void expire_histories();
   std::vector<std::function<void()>> after_save_;
   StateWriter state_writer_;
+  JobStarter job_starter_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
   bool draining_ = false;

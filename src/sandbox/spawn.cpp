@@ -92,7 +92,9 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
   clone_args args{};
   args.flags = CLONE_PIDFD | (spec.hooks ? spec.hooks->clone_flags : 0);
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
+  // With CLONE_PARENT the exit signal is the caller's own (SIGCHLD) and clone3 wants 0 here.
+  args.exit_signal = spec.child_of_callers_parent ? 0 : SIGCHLD;
+  if (spec.child_of_callers_parent) args.flags |= CLONE_PARENT;
   if (spec.cgroup->clone_into_fd() >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(spec.cgroup->clone_into_fd());

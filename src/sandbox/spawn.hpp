@@ -36,6 +36,9 @@ struct SpawnSpec {
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
   JobCgroup* cgroup = nullptr;         // required
   const ChildHooks* hooks = nullptr;   // null: no namespaces
+  // CLONE_PARENT: the job becomes a child of the caller's parent. The job starter (a helper
+  // process of the runner) sets it so the runner itself waits on the job's pidfd.
+  bool child_of_callers_parent = false;
 };
 
 struct SpawnedProcess {

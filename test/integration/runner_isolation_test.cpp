@@ -439,12 +439,22 @@ TEST_F(RunnerIsolation, MemoryLimit_BalloonIsOomKilledAndReported) {
   EXPECT_EQ(json_field(terminal, "/outcome/type"), "exit") << terminal;
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "137") << terminal;
   EXPECT_EQ(r.exit_code, 137);
+  // The live watcher (v1: eventfd on memory.oom_control; v2: inotify on memory.events) saw the
+  // kill while the job ran: its line comes before the job's "finished" line. (The exit-time
+  // counter read alone would flag the terminal record but never write this line.)
+  const std::string job_id = json_field(terminal, "/job_id");
+  const std::string log = runner_->log();
+  const auto seen = log.find("job " + job_id + ": OOM kill seen by the watcher");
+  const auto finished = log.find("job " + job_id + ": finished");
+  EXPECT_NE(seen, std::string::npos) << log;
+  EXPECT_LT(seen, finished) << log;
   // The balloon really was big: the same job without a tight limit survives and is not flagged.
   auto ok = run({"--json", "--memory", "1G", "--", "/usr/bin/python3", "-c",
                  "b = b'x' * (256 << 20)  # " + m + "\nprint('survived', len(b))"});
   const std::string ok_terminal = terminal_line(ok.out);
   EXPECT_EQ(json_field(ok_terminal, "/oom_killed"), "false") << ok_terminal;
   EXPECT_EQ(json_field(ok_terminal, "/outcome/code"), "0") << ok_terminal;
+  EXPECT_EQ(runner_->log().find("job " + json_field(ok_terminal, "/job_id") + ": OOM kill seen"), std::string::npos);
 }
 
 // Control: the pids limit (pids.max = pids_max = 64). A job that forks as much as it can gets

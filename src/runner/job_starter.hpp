@@ -1,0 +1,58 @@
+// Starts jobs from a small helper process, forked when the runner starts (before any session
+// or job exists, like the state writer).
+//
+// Why: clone3 from the runner copies the runner's page tables, and until the child execs every
+// page the loop then writes (malloc, JSON, logs) is copied on write. On this paravirtualised
+// host page faults are dear: measured, the runner spent about 9 ms of CPU per job in such
+// faults. The helper's memory is small and quiet, so its clones are cheap; it also plans the
+// sandbox and keeps a pool of fresh network namespaces (sandbox/netns_pool.hpp).
+//
+// The helper clones with CLONE_PARENT: the job is the runner's child, and the runner waits on
+// its pidfd exactly as before. The runner creates the job's cgroup and pipes and passes their
+// fds (SCM_RIGHTS); the helper answers with the pid, the pidfd and the setup-status pipe.
+// Without the helper (it failed to start or died) the runner spawns in process: the same
+// sandbox, only slower.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+
+#include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
+#include "sandbox/sandbox_plan.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace motor::runner {
+
+class JobStarter {
+ public:
+  JobStarter() = default;
+  ~JobStarter();
+  JobStarter(const JobStarter&) = delete;
+  JobStarter& operator=(const JobStarter&) = delete;
+
+  // Forks the helper with a pool of `netns_pool_size` network namespaces (0: none).
+  Status start(size_t netns_pool_size);
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  // Plans `box` and spawns `spec` in it (spec.hooks is ignored: the plan's hooks are used).
+  // Blocks for the clone3 only, as spawn_job in process did; errors name the failed step.
+  Expected<sandbox::SpawnedProcess> spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec);
+
+  // Ends the helper (its pooled namespaces go with it).
+  void stop();
+
+ private:
+  Expected<sandbox::SpawnedProcess> spawn_in_helper(const sandbox::SandboxConfig& box,
+                                                    const sandbox::SpawnSpec& spec);
+  pid_t pid_ = -1;
+  UniqueFd sock_;
+};
+
+// In process: plan, hooks, spawn_job (the helper's path, and the runner's fallback).
+Expected<sandbox::SpawnedProcess> plan_and_spawn(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
+                                                 int prepared_net_fd);
+
+}  // namespace motor::runner
