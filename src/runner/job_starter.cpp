@@ -1,5 +1,6 @@
 #include "runner/job_starter.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -25,6 +26,8 @@ namespace {
 
 // A job needs at most stdin, stdout, stderr, one cgroup2 directory and a few v1 cgroup.procs.
 constexpr size_t kMaxFds = 16;
+// How long the helper waits for a job's exec before it goes on anyway.
+constexpr int kExecWaitMs = 5000;
 // A reply later than this means the helper is stuck: the runner stops using it.
 constexpr int kReplyTimeoutMs = 10000;
 
@@ -316,26 +319,38 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     q.spec.stderr_fd = fds[2].get();
     q.spec.cgroup = &cgroup;
     q.spec.child_of_callers_parent = true;
+    q.spec.share_memory_until_exec = true;
     UniqueFd net = pool.take();
-    auto spawned = plan_and_spawn(q.box, std::move(q.spec), net.get());
+    SandboxedSpawn job;
+    auto spawned = job.run(q.box, q.spec, net.get());
     net.reset();  // from here only the job holds its namespace
+    fds.clear();
     if (!spawned) {
       reply_error(sock, spawned.error().message);
       continue;
     }
-    std::string pid = std::to_string(spawned->pid);
-    (void)send_message(sock, kReplyOk, pid, {spawned->pidfd.get(), spawned->setup_status.get()});
+    // Until the child execs it shares this process's pages copy-on-write: touch as little
+    // memory as possible until then (no frees, no pool refill), so neither side copies pages.
+    UniqueFd exec_seen(fcntl(spawned->setup_status.get(), F_DUPFD_CLOEXEC, 0));
+    (void)send_message(sock, kReplyOk, std::to_string(spawned->pid),
+                       {spawned->pidfd.get(), spawned->setup_status.get()});
+    if (exec_seen) {
+      pollfd p{exec_seen.get(), 0, 0};  // POLLHUP: the child's end closed at exec (or exit)
+      while (poll(&p, 1, kExecWaitMs) < 0 && errno == EINTR) {
+      }
+    }
   }
 }
 
 }  // namespace
 
-Expected<sandbox::SpawnedProcess> plan_and_spawn(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
-                                                 int prepared_net_fd) {
-  auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return make_error(plan.error().code, "the sandbox cannot be built: " + plan.error().message);
+Expected<sandbox::SpawnedProcess> SandboxedSpawn::run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
+                                                      int prepared_net_fd) {
+  auto planned = sandbox::plan_sandbox(box);
+  if (!planned) return make_error(planned.error().code, "the sandbox cannot be built: " + planned.error().message);
+  plan.emplace(std::move(*planned));
   if (prepared_net_fd >= 0) sandbox::use_prepared_network_namespace(plan->namespaces, prepared_net_fd);
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
+  hooks = sandbox::make_child_hooks(*plan);
   spec.hooks = &hooks;
   return sandbox::spawn_job(spec);
 }
@@ -368,7 +383,8 @@ Expected<sandbox::SpawnedProcess> JobStarter::spawn(const sandbox::SandboxConfig
     if (spawned || running()) return spawned;
     log_error("the job starter failed ({}); jobs are now started by the runner itself", spawned.error().message);
   }
-  return plan_and_spawn(box, spec, -1);
+  SandboxedSpawn job;
+  return job.run(box, spec, -1);
 }
 
 Expected<sandbox::SpawnedProcess> JobStarter::spawn_in_helper(const sandbox::SandboxConfig& box,

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
@@ -51,8 +52,13 @@ class JobStarter {
   UniqueFd sock_;
 };
 
-// In process: plan, hooks, spawn_job (the helper's path, and the runner's fallback).
-Expected<sandbox::SpawnedProcess> plan_and_spawn(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
-                                                 int prepared_net_fd);
+// Plans the sandbox, builds its hooks and spawns (the helper's path, and the runner's fallback).
+// Plan and hooks live as long as this object: the helper keeps them until the child has exec'd,
+// since freeing them earlier would copy the pages the child still shares.
+struct SandboxedSpawn {
+  std::optional<sandbox::SandboxPlan> plan;
+  sandbox::ChildHooks hooks;
+  Expected<sandbox::SpawnedProcess> run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec, int prepared_net_fd);
+};
 
 }  // namespace motor::runner
