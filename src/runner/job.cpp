@@ -146,22 +146,43 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
   spec.cgroup = cgroup_.get();
-  auto spawned = [&] {
-    reactor::SlowCall timed("spawning a job");
-    return runner_.job_starter().spawn(box, spec);
-  }();
-  if (!spawned) {
-    (void)cgroup_->kill_all();  // a starter that died after its clone3 may have left the job
-    return fail(spawned.error());
-  }
   started_hr_ns_ = uv_hrtime();
   queue_wait_ms_ = static_cast<int64_t>((started_hr_ns_ - queued_hr_ns_) / 1000000);
+  out_read_ = std::move(out_read);
+  err_read_ = std::move(err_read);
+  // The deadline runs from now: a child stuck before exec is killed with its cgroup like any job.
+  uv_loop_t* loop = runner_.loop();
+  uv_timer_init(loop, deadline_.get());
+  deadline_.initialized(this);
+  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
+  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
+  {
+    reactor::SlowCall timed("spawning a job");
+    runner_.job_starter().spawn(box, spec, [this](Expected<sandbox::SpawnedProcess> spawned) {
+      on_spawned(std::move(spawned));
+    });
+  }  // our ends of the job's pipes close here: the starter (or the child) holds its own
+  return {};
+}
+
+void Job::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
+  if (!spawned) {
+    (void)cgroup_->kill_all();  // a starter that died after its clone3 may have left the job
+    deadline_.close();
+    out_read_.reset();
+    err_read_.reset();
+    log_error("job {}: could not start: {}", id_, spawned.error().message);
+    if (auto s = cgroup_->remove(); !s) log_job(id_, "removing the cgroup: {}", s.error().message);
+    cgroup_.reset();
+    state_ = State::kQueued;  // never ran: the runner ends it as refused
+    runner_.job_start_failed(*this, spawned.error().message);
+    return;
+  }
   pid_ = spawned->pid;
   pidfd_ = std::move(spawned->pidfd);
   setup_status_ = std::move(spawned->setup_status);
   fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-  out_write.reset();
-  err_write.reset();
 
   uv_loop_t* loop = runner_.loop();
   stdout_ = std::make_unique<OutputPipe>();
@@ -172,7 +193,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
     p->job = this;
     uv_pipe_init(loop, p->pipe.get(), 0);
     p->pipe.initialized(p);
-    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read : err_read).release());
+    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read_ : err_read_).release());
     start_reading(*p);
   }
 
@@ -188,15 +209,10 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   });
 
   watch_oom();
-
-  uv_timer_init(loop, deadline_.get());
-  deadline_.initialized(this);
-  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
-    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
-  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
   log_job(id_, "started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
           runner_.job_account().name, summary_);
-  return {};
+  // Cancelled or past its deadline while the starter worked: kill what now exists.
+  if (kill_issued_) kill_tree(nullptr);
 }
 
 void Job::start_reading(OutputPipe& out) {

@@ -110,6 +110,8 @@ class Job {
     char buf[64 * 1024];
   };
 
+  // The job starter's answer: watch the process, or end the job as refused.
+  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
   void start_reading(OutputPipe& out);
   void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
@@ -149,6 +151,7 @@ class Job {
   std::optional<JobLog> log_;
   UniqueFd pidfd_;
   UniqueFd setup_status_;
+  UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;
   bool started_confirmed_ = false;
   std::string setup_error_;  // the child failed before exec

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,8 +29,8 @@ namespace {
 constexpr size_t kMaxFds = 16;
 // How long the helper waits for a job's exec before it goes on anyway.
 constexpr int kExecWaitMs = 5000;
-// A reply later than this means the helper is stuck: the runner stops using it.
-constexpr int kReplyTimeoutMs = 10000;
+// A request the helper does not take within this time fails (the helper is stuck).
+constexpr time_t kSendTimeoutS = 2;
 
 // ---- the request and reply bodies: u64 numbers and length-prefixed strings ----
 
@@ -206,8 +207,10 @@ bool send_message(int sock, uint32_t word, const std::string& body, const std::v
   return write_all(sock, body.data(), body.size());
 }
 
-// Receives one message; the fds arrive close-on-exec. False on EOF or a malformed header.
-bool receive_message(int sock, uint32_t& word, std::string& body, std::vector<UniqueFd>& fds) {
+// Receives one message; the fds arrive close-on-exec. False on EOF or a malformed header. With
+// `would_block`, returns false and sets it when no message has begun to arrive.
+bool receive_message(int sock, uint32_t& word, std::string& body, std::vector<UniqueFd>& fds,
+                     bool* would_block = nullptr) {
   uint32_t header[2] = {0, 0};
   iovec iov{header, sizeof header};
   msghdr msg{};
@@ -218,8 +221,12 @@ bool receive_message(int sock, uint32_t& word, std::string& body, std::vector<Un
   msg.msg_controllen = sizeof control;
   ssize_t n;
   do {
-    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (would_block ? MSG_DONTWAIT : 0));
   } while (n < 0 && errno == EINTR);
+  if (n < 0 && would_block && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    *would_block = true;
+    return false;
+  }
   if (n <= 0) return false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -357,7 +364,7 @@ Expected<sandbox::SpawnedProcess> SandboxedSpawn::run(const sandbox::SandboxConf
 
 JobStarter::~JobStarter() { stop(); }
 
-Status JobStarter::start(size_t netns_pool_size) {
+Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
   const pid_t runner = getpid();
@@ -374,21 +381,35 @@ Status JobStarter::start(size_t netns_pool_size) {
   close(sv[1]);
   pid_ = pid;
   sock_ = UniqueFd(sv[0]);
+  // A helper stuck on a request must not stall the loop on the next one for long.
+  timeval limit{kSendTimeoutS, 0};
+  setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  uv_poll_init(loop, poll_.get(), sock_.get());
+  poll_.initialized(this);
+  // uv_poll_init made the socket non-blocking; the rest of a message that has begun to arrive
+  // is read (and a request written) blocking, which the send timeout bounds.
+  fcntl(sock_.get(), F_SETFL, fcntl(sock_.get(), F_GETFL) & ~O_NONBLOCK);
+  uv_poll_start(poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<JobStarter>(h)) self->on_reply();
+  });
+  uv_unref(poll_.handle());  // never keeps the loop alive by itself
   return {};
 }
 
-Expected<sandbox::SpawnedProcess> JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
+void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
   if (running()) {
-    auto spawned = spawn_in_helper(box, spec);
-    if (spawned || running()) return spawned;
-    log_error("the job starter failed ({}); jobs are now started by the runner itself", spawned.error().message);
+    if (auto sent = send_request(box, spec); sent) {
+      waiting_.push_back(std::move(done));
+      return;
+    } else {
+      log_error("the job starter failed ({}); jobs are now started by the runner itself", sent.error().message);
+    }
   }
   SandboxedSpawn job;
-  return job.run(box, spec, -1);
+  done(job.run(box, spec, -1));
 }
 
-Expected<sandbox::SpawnedProcess> JobStarter::spawn_in_helper(const sandbox::SandboxConfig& box,
-                                                              const sandbox::SpawnSpec& spec) {
+Status JobStarter::send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
   if (!spec.cgroup) return make_error("internal", "spawn needs the job's cgroup");
   std::vector<int> fds = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   const auto& attach = spec.cgroup->child_attach_fds();
@@ -396,33 +417,48 @@ Expected<sandbox::SpawnedProcess> JobStarter::spawn_in_helper(const sandbox::San
   const bool clone_into = spec.cgroup->clone_into_fd() >= 0;
   if (clone_into) fds.push_back(spec.cgroup->clone_into_fd());
   if (fds.size() > kMaxFds) return make_error("internal", "too many fds for the job starter");
-  auto gone = [&](const std::string& why) -> Error {
-    stop();
-    return make_error("io", "the job starter " + why);
-  };
-  if (!send_message(sock_.get(), 0, encode_request(box, spec, attach.size(), clone_into), fds))
-    return gone("is gone: " + std::string(std::strerror(errno)));
-  pollfd p{sock_.get(), POLLIN, 0};
-  int rc;
-  do {
-    rc = poll(&p, 1, kReplyTimeoutMs);
-  } while (rc < 0 && errno == EINTR);
-  if (rc == 0) return gone("did not answer within 10 s");
+  if (!send_message(sock_.get(), 0, encode_request(box, spec, attach.size(), clone_into), fds)) {
+    const std::string why = std::strerror(errno);
+    fail_all("the job starter is gone: " + why);
+    return make_error("io", "the job starter is gone: " + why);
+  }
+  return {};
+}
+
+void JobStarter::on_reply() {
   uint32_t word = 0;
   std::string body;
   std::vector<UniqueFd> got;
-  if (rc < 0 || !receive_message(sock_.get(), word, body, got)) return gone("closed its socket");
-  if (word != kReplyOk) return make_error("io", body);
-  if (got.size() != 2) return gone("answered without a pidfd");
+  bool would_block = false;
+  if (!receive_message(sock_.get(), word, body, got, &would_block)) {
+    if (would_block) return;  // a wake-up without a message
+    return fail_all("the job starter closed its socket");
+  }
+  if (waiting_.empty()) return fail_all("the job starter answered a request it was not sent");
+  Done done = std::move(waiting_.front());
+  waiting_.pop_front();
+  if (word != kReplyOk) return done(make_error("io", body));
   sandbox::SpawnedProcess out;
   out.pid = static_cast<pid_t>(std::strtol(body.c_str(), nullptr, 10));
-  if (out.pid <= 0) return gone("answered without a pid");
+  if (got.size() != 2 || out.pid <= 0) {
+    done(make_error("io", "the job starter answered without a pid and pidfd"));
+    return fail_all("the job starter answered without a pid and pidfd");
+  }
   out.pidfd = std::move(got[0]);
   out.setup_status = std::move(got[1]);
-  return out;
+  done(std::move(out));
+}
+
+void JobStarter::fail_all(const std::string& why) {
+  log_error("{}; jobs are now started by the runner itself", why);
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  stop();
+  for (auto& done : waiting) done(make_error("io", why));
 }
 
 void JobStarter::stop() {
+  poll_.close();
   if (pid_ <= 0) return;
   sock_.reset();  // the helper reads EOF and exits
   kill(pid_, SIGKILL);

@@ -16,11 +16,16 @@
 
 #include <sys/types.h>
 
+#include <uv.h>
+
 #include <cstddef>
+#include <deque>
+#include <functional>
 #include <optional>
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
+#include "reactor/uv_handle.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
 
@@ -33,23 +38,30 @@ class JobStarter {
   JobStarter(const JobStarter&) = delete;
   JobStarter& operator=(const JobStarter&) = delete;
 
-  // Forks the helper with a pool of `netns_pool_size` network namespaces (0: none).
-  Status start(size_t netns_pool_size);
+  using Done = std::function<void(Expected<sandbox::SpawnedProcess>)>;
+
+  // Forks the helper with a pool of `netns_pool_size` network namespaces (0: none); its
+  // answers are read on `loop`.
+  Status start(uv_loop_t* loop, size_t netns_pool_size);
   bool running() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
 
   // Plans `box` and spawns `spec` in it (spec.hooks is ignored: the plan's hooks are used).
-  // Blocks for the clone3 only, as spawn_job in process did; errors name the failed step.
-  Expected<sandbox::SpawnedProcess> spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec);
+  // The loop only sends the request (the fds in it may be closed once this returns); `done`
+  // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
+  // Without the helper, in process and at once. Errors name the failed step.
+  void spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done);
 
-  // Ends the helper (its pooled namespaces go with it).
+  // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
   void stop();
 
  private:
-  Expected<sandbox::SpawnedProcess> spawn_in_helper(const sandbox::SandboxConfig& box,
-                                                    const sandbox::SpawnSpec& spec);
+  Status send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec);
+  void on_reply();
+  void fail_all(const std::string& why);
   pid_t pid_ = -1;
   UniqueFd sock_;
+  reactor::UvHandle<uv_poll_t> poll_;
+  std::deque<Done> waiting_;  // answers come in request order
 };
 
 // Plans the sandbox, builds its hooks and spawns (the helper's path, and the runner's fallback).

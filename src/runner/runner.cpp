@@ -199,7 +199,7 @@ Status Runner::start() {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
   }
   // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
-  if (auto s = job_starter_.start(kNetnsPoolSize); !s) {
+  if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
     log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
   if (auto s = listen(); !s) return s;
@@ -744,12 +744,15 @@ void Runner::start_next() {
   launch.cpus = cpu_claims_.claim(pending.cpus);
   launch.network = p.network;
   launch.platform = p.platform;
+  const std::string job_id = job.id();
   if (auto s = job.start(launch, *cgroups_, box); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     cpu_claims_.release(launch.cpus);
     return refuse("workspace_setup_failed", s.error().message);
   }
-  metrics_.observe_queue_wait(static_cast<double>(job.queue_wait_ms()) / 1000.0);
+  // A starter without its helper answers at once, and a refusal has ended the job already.
+  if (auto it = jobs_.find(job_id); it != jobs_.end() && it->second->state() == Job::State::kRunning)
+    metrics_.observe_queue_wait(static_cast<double>(it->second->queue_wait_ms()) / 1000.0);
   update_status();
 }
 
@@ -956,6 +959,14 @@ void Runner::request_save(std::function<void()> then) {
     self->save_state();
     for (auto& cb : callbacks) cb();
   });
+}
+
+void Runner::job_start_failed(Job& job, const std::string& detail) {
+  protocol::Outcome o;
+  o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+  o.reason = "workspace_setup_failed";
+  metrics_.refused(o.reason);
+  job.finish_unstarted(o, detail.substr(0, 1024));  // job_finished frees its claim
 }
 
 void Runner::job_finished(Job& job) {

@@ -57,6 +57,8 @@ class Runner {
   // must not pay it 20 times. `then` runs once the change is durable.
   void request_save(std::function<void()> then = nullptr);
   void job_finished(Job& job);
+  // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
+  void job_start_failed(Job& job, const std::string& detail);
   void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
 
