@@ -19,6 +19,7 @@
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
+#include "runner/helper_process.hpp"
 #include "runner/log.hpp"
 #include "sandbox/netns_pool.hpp"
 
@@ -274,21 +275,8 @@ constexpr uint32_t kReplyOk = 0, kReplyError = 1;
 
 void reply_error(int sock, const std::string& message) { (void)send_message(sock, kReplyError, message, {}); }
 
-[[noreturn]] void helper_main(int sock, size_t pool_size, pid_t runner) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != runner) _exit(0);  // the runner died before the line above
-  prctl(PR_SET_NAME, "motor-starter");
-  // Nothing of the runner's loop may reach this process or its jobs: default signal handling
-  // (libuv's handlers would write into the runner's own signal pipe), and no fd but its socket
-  // and stdio (the runner's log).
-  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (dup2(sock, 3) < 0) _exit(1);
-  sock = 3;
-  syscall(SYS_close_range, 4u, ~0u, 0u);
-
+// Runs in the helper (fork_helper_process has cut it off from the runner's loop).
+[[noreturn]] void helper_main(int sock, size_t pool_size) {
   sandbox::NetnsPool pool(pool_size);
   bool pooling = pool_size > 0;
   if (pooling) {
@@ -365,22 +353,10 @@ Expected<sandbox::SpawnedProcess> SandboxedSpawn::run(const sandbox::SandboxConf
 JobStarter::~JobStarter() { stop(); }
 
 Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
-  const pid_t runner = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(sv[0]);
-    close(sv[1]);
-    return sys_error("fork");
-  }
-  if (pid == 0) {
-    close(sv[0]);
-    helper_main(sv[1], netns_pool_size, runner);
-  }
-  close(sv[1]);
-  pid_ = pid;
-  sock_ = UniqueFd(sv[0]);
+  auto helper = fork_helper_process("motor-starter", [netns_pool_size](int fd) { helper_main(fd, netns_pool_size); });
+  if (!helper) return helper.error();
+  pid_ = helper->pid;
+  sock_ = std::move(helper->channel);
   // A helper stuck on a request must not stall the loop on the next one for long.
   timeval limit{kSendTimeoutS, 0};
   setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);

@@ -161,6 +161,17 @@ pid_t start_in_cgroup(const JobCgroup& cg, Body body) {
   ::_exit(0);
 }
 
+// 256 MiB of written anonymous memory in `cg`: exits 0 only if no limit stopped it.
+pid_t start_balloon(const JobCgroup& cg) {
+  return start_in_cgroup(cg, [] {
+    constexpr size_t kSize = 256u << 20;
+    auto* p = static_cast<volatile char*>(std::malloc(kSize));
+    if (p == nullptr) ::_exit(3);
+    for (size_t i = 0; i < kSize; i += 4096) p[i] = 1;
+    ::_exit(0);  // reaching here means the limit did not hold
+  });
+}
+
 void report_pid(int fd) {
   pid_t me = ::getpid();
   if (::write(fd, &me, sizeof me) != sizeof me) ::_exit(121);
@@ -439,6 +450,9 @@ TEST_P(CgroupJobTest, ReopenAfterRestartKillsAndRemoves) {
   EXPECT_FALSE((*again)->open("job-reopen").ok());
 }
 
+// The memory limit OOM-kills a balloon, and the live OOM watcher (v1: an eventfd registered
+// through cgroup.event_control for memory.oom_control; v2: inotify on memory.events) is quiet
+// before, wakes for it, and its count says so. Without the registration it never wakes.
 TEST_P(CgroupJobTest, MemoryLimitOomKills) {
   CgroupLimits limits;
   limits.memory_bytes = 64LL << 20;
@@ -447,54 +461,21 @@ TEST_P(CgroupJobTest, MemoryLimitOomKills) {
   jobs_.push_back(std::move(*made));
   JobCgroup& job = *jobs_.back();
   EXPECT_FALSE(job.oom_killed());
-
-  pid_t child = start_in_cgroup(job, [] {
-    constexpr size_t kSize = 256u << 20;
-    auto* p = static_cast<volatile char*>(std::malloc(kSize));
-    if (p == nullptr) ::_exit(3);
-    for (size_t i = 0; i < kSize; i += 4096) p[i] = 1;
-    ::_exit(0);  // reaching here means the limit did not hold
-  });
-  ASSERT_GT(child, 0);
-  int status = wait_child(child, 30000ms);
-  ASSERT_NE(status, -1) << "balloon still running after 30 s";
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "expected SIGKILL by the OOM killer; status " << status;
-  EXPECT_TRUE(job.oom_killed());
-  EXPECT_TRUE(wait_unpopulated(job, 5000ms));
-  auto st = job.remove();
-  EXPECT_TRUE(st.ok()) << st.error().message;
-}
-
-// The live OOM watcher (v1: an eventfd registered through cgroup.event_control for
-// memory.oom_control; v2: inotify on memory.events): quiet before, readable once the balloon is
-// OOM-killed, and its count says so. Without the registration the fd never wakes up.
-TEST_P(CgroupJobTest, OomWatchWakesWhenTheBalloonIsKilled) {
-  CgroupLimits limits;
-  limits.memory_bytes = 64LL << 20;
-  auto made = driver_->create("job-oom-watch", limits);
-  ASSERT_TRUE(made.ok()) << made.error().message;
-  jobs_.push_back(std::move(*made));
-  JobCgroup& job = *jobs_.back();
   auto made_watch = job.watch_oom();
   ASSERT_TRUE(made_watch.ok()) << made_watch.error().message;
   std::optional<motor::sandbox::OomWatch> watch(std::move(*made_watch));
   pollfd quiet{watch->fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&quiet, 1, 0), 0) << "the watcher woke before any OOM";
 
-  pid_t child = start_in_cgroup(job, [] {
-    constexpr size_t kSize = 256u << 20;
-    auto* p = static_cast<volatile char*>(std::malloc(kSize));
-    if (p == nullptr) ::_exit(3);
-    for (size_t i = 0; i < kSize; i += 4096) p[i] = 1;
-    ::_exit(0);
-  });
+  pid_t child = start_balloon(job);
   ASSERT_GT(child, 0);
   pollfd woke{watch->fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&woke, 1, 30000), 1) << "no OOM notification within 30 s";
   int status = wait_child(child, 30000ms);
   ASSERT_NE(status, -1) << "balloon still running after 30 s";
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "expected SIGKILL by the OOM killer; status " << status;
+  EXPECT_TRUE(job.oom_killed());
   auto kills = watch->consume();
   ASSERT_TRUE(kills.ok()) << kills.error().message;
   EXPECT_GE(*kills, 1);
@@ -502,7 +483,8 @@ TEST_P(CgroupJobTest, OomWatchWakesWhenTheBalloonIsKilled) {
   EXPECT_EQ(::poll(&drained, 1, 0), 0) << "consume() left the fd readable";
   watch.reset();  // v1 signals the eventfd on rmdir: stop watching first
   EXPECT_TRUE(wait_unpopulated(job, 5000ms));
-  EXPECT_TRUE(job.remove().ok());
+  auto st = job.remove();
+  EXPECT_TRUE(st.ok()) << st.error().message;
 }
 
 // The v2 half of the watcher is inotify IN_MODIFY on a cgroup2 flat-keyed file. This host has
