@@ -58,6 +58,7 @@ Expected<NamespacePlan> plan_namespaces() {
 }
 
 void use_prepared_network_namespace(NamespacePlan& plan, int net_fd) {
+  if (!(plan.clone_flags & CLONE_NEWNET)) return;  // the plan makes no network namespace
   plan.prepared_net_fd = net_fd;
   plan.clone_flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
 }

@@ -33,7 +33,8 @@ struct NamespacePlan {
 
 Expected<NamespacePlan> plan_namespaces();
 
-// Makes the job enter `net_fd` (a never-used namespace from the pool) instead of creating one.
+// Makes the job enter `net_fd` (a never-used namespace from the pool) instead of creating one;
+// a plan without CLONE_NEWNET (a test build's weakened "network-namespace") is left as it is.
 void use_prepared_network_namespace(NamespacePlan& plan, int net_fd);
 
 // Child, first thing: enters the prepared network namespace if there is one; then checks that
