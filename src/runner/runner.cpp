@@ -191,6 +191,13 @@ Status Runner::start() {
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = recover(); !s) return s;
+  if (config_.outbound_network) {
+    auto outbound = Outbound::start(loop_, config_);
+    if (!outbound) return outbound.error();
+    outbound_ = std::move(*outbound);
+  } else {
+    Outbound::remove_leftovers(config_);
+  }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
@@ -524,8 +531,9 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (p.platform != "linux") {
     return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
   }
-  if (p.network != "offline") {
-    return refuse_job(session, r.id, "network_unsupported", "outbound network access is not enabled on this runner");
+  if (p.network != "offline" && !outbound_) {
+    return refuse_job(session, r.id, "network_unsupported",
+                      "outbound network access is not enabled on this runner (outbound_network = false)");
   }
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
@@ -724,6 +732,11 @@ void Runner::start_next() {
       return refuse("workspace_setup_failed", "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)");
     }
     box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
+  }
+  if (p.network == "outbound") {
+    auto network = outbound_->claim(job.id());
+    if (!network) return refuse(network.error().code == "runner_full" ? "runner_full" : "workspace_setup_failed", network.error().message);
+    box.network = std::move(*network);
   }
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return refuse("workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
@@ -957,6 +970,7 @@ void Runner::request_save(std::function<void()> then) {
 
 void Runner::job_finished(Job& job) {
   cpu_claims_.release(job.cpus());
+  if (outbound_) outbound_->release(job.id());
   simdjson::dom::element root;
   std::string_view outcome;
   if (!parser_.parse(job.terminal_json().data(), job.terminal_json().size()).get(root) &&

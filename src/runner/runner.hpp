@@ -22,6 +22,7 @@
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/notify.hpp"
+#include "runner/outbound.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
 #include "sandbox/accounts.hpp"
@@ -128,6 +129,7 @@ class Runner {
   std::set<Session*> sessions_;
   bool draining_ = false;
   bool shutting_down_ = false;
+  std::unique_ptr<Outbound> outbound_;  // only when outbound_network is enabled
   uint64_t started_hr_ns_ = 0;
 };
 
