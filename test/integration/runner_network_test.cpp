@@ -445,6 +445,46 @@ TEST_F(RunnerNetwork, MalformedUpstreamAnswersAreDroppedWithoutHarm) {
   EXPECT_NE(r->log().find("resolver: dropped an answer from upstream: malformed DNS message"), std::string::npos) << r->log();
 }
 
+// Control: the egress forward chain passes only replies towards a job. The attacker here holds
+// the uplink namespace (the host) and even routes the jobs' subnet into the egress namespace.
+TEST_F(RunnerNetwork, NothingFromOutsideOpensAConnectionIntoTheJob) {
+  auto r = outbound_runner();
+  ASSERT_TRUE(r->start()) << r->log();
+  ASSERT_TRUE(sh(fmt::format("ip -n {} route replace 100.88.0.0/16 via 100.88.0.2", up_)));
+  constexpr const char* kListen = R"PY(
+import socket
+t = socket.socket(); t.bind(("0.0.0.0", 8081)); t.listen(8); t.settimeout(5)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 8081)); u.settimeout(0.1)
+try: t.accept(); print("tcp = ACCEPTED")
+except OSError: print("tcp = none")
+try: u.recvfrom(64); print("udp = RECEIVED")
+except OSError: print("udp = none")
+)PY";
+  std::map<std::string, std::string> p;
+  std::thread job([&] { p = parse_lines(r->client({"run", "--network", "outbound", "--", "/usr/bin/python3", "-c", kListen}).out); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The first job on a fresh runner has slot 1: 100.88.0.6.
+  int status = -1;
+  const pid_t attacker = fork_in_netns(up_, [] {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(8081);
+    a.sin_addr.s_addr = htonl(0x64580006);
+    const int u = socket(AF_INET, SOCK_DGRAM, 0);
+    for (int i = 0; i < 5; ++i) sendto(u, "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    const int t = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{2, 0};
+    setsockopt(t, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    _exit(connect(t, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : 1);
+  });
+  waitpid(attacker, &status, 0);
+  job.join();
+  sh(fmt::format("ip -n {} route del 100.88.0.0/16", up_));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "the connection into the job was made";
+  EXPECT_EQ(p["tcp"], "none");
+  EXPECT_EQ(p["udp"], "none");
+}
+
 TEST_F(RunnerNetwork, OutboundIsRefusedUnlessTheRunnerEnablesIt) {
   RunnerProcess r;
   ASSERT_TRUE(r.start()) << r.log();
