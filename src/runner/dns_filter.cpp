@@ -234,6 +234,51 @@ Expected<std::string> filter_dns_response(std::string_view m, const DnsQuery& qu
   return out;
 }
 
+Expected<std::string> make_dns_query(uint16_t id, std::string_view name, uint16_t qtype) {
+  std::string out;
+  put16(out, id);
+  put16(out, 0x0100);
+  put16(out, 1);
+  put16(out, 0);
+  put16(out, 0);
+  put16(out, 0);
+  size_t total = 0;
+  while (!name.empty()) {
+    const size_t dot = name.find('.');
+    const std::string_view label = name.substr(0, dot);
+    if (label.empty() || label.size() > 63 || (total += label.size() + 1) > 253) return malformed("name");
+    out.push_back(static_cast<char>(label.size()));
+    out.append(label);
+    name = dot == std::string_view::npos ? std::string_view{} : name.substr(dot + 1);
+  }
+  out.push_back('\0');
+  put16(out, qtype);
+  put16(out, 1);
+  return out;
+}
+
+std::vector<uint32_t> dns_answer_addresses(std::string_view m) {
+  std::vector<uint32_t> out;
+  std::string name;
+  size_t pos = kHeader;
+  if (m.size() < kHeader || !read_name(m, pos, name)) return out;
+  pos += 4;
+  for (uint16_t i = 0, n = u16(m, 6); i < n; ++i) {
+    if (!read_name(m, pos, name) || pos + 10 > m.size()) break;
+    const uint16_t type = u16(m, pos);
+    const size_t rdlen = u16(m, pos + 8);
+    pos += 10;
+    if (pos + rdlen > m.size()) break;
+    if (type == kTypeA && rdlen == 4) {
+      uint32_t a = 0;
+      for (size_t k = 0; k < 4; ++k) a = (a << 8) | static_cast<uint8_t>(m[pos + k]);
+      out.push_back(a);
+    }
+    pos += rdlen;
+  }
+  return out;
+}
+
 std::string dns_failure(std::string_view query_message, const DnsQuery& query) {
   std::string out;
   put16(out, query.id);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "motor/expected.hpp"
 
@@ -35,6 +36,11 @@ std::string with_dns_id(std::string_view message, uint16_t id);
 // client retries over TCP). Errors: the response is malformed or answers something else.
 Expected<std::string> filter_dns_response(std::string_view response, const DnsQuery& query, uint16_t upstream_id,
                                           const std::function<bool(uint32_t ipv4_host_order)>& drops, size_t limit);
+
+// A standard query for `name` (dotted, e.g. "example.com") and type `qtype`, recursion desired.
+Expected<std::string> make_dns_query(uint16_t id, std::string_view name, uint16_t qtype = 1);
+// The A addresses in the answer section of a message filter_dns_response produced.
+std::vector<uint32_t> dns_answer_addresses(std::string_view filtered);
 
 // SERVFAIL (rcode 2) for `query`: the answer when no upstream gave a usable one.
 std::string dns_failure(std::string_view query_message, const DnsQuery& query);

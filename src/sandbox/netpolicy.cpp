@@ -107,15 +107,17 @@ std::string egress_ruleset(const EgressPolicy& policy, const EgressNames& names)
   r += fmt::format("  set blocked {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }}; }}\n", elements(blocked));
   if (!allowed.empty())
     r += fmt::format("  set test_allowed {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }}; }}\n", elements(allowed));
+  // What each drop rule stopped (`nft list counter inet motor_egress NAME`; the gate reads them).
+  for (const char* c : {"ipv6_drops", "host_drops", "subnet_drops", "blocked_drops"}) r += fmt::format("  counter {} {{ }}\n", c);
   // Before conntrack and before anything else: what a job sends is judged here first.
   r += "  chain job_first {\n    type filter hook prerouting priority raw - 10; policy accept;\n";
-  r += fmt::format("    iifname \"{}\" meta nfproto ipv6 drop\n", jobs);
-  r += fmt::format("    iifname \"{}\" ip daddr @host_addresses drop\n", jobs);
+  r += fmt::format("    iifname \"{}\" meta nfproto ipv6 counter name ipv6_drops drop\n", jobs);
+  r += fmt::format("    iifname \"{}\" ip daddr @host_addresses counter name host_drops drop\n", jobs);
   // The job's own gateway (its resolver) answers DNS; nothing else in the jobs' subnet is reachable.
   r += fmt::format("    iifname \"{}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport 53 return\n", jobs, subnet);
-  r += fmt::format("    iifname \"{}\" ip daddr {} drop\n", jobs, subnet);
+  r += fmt::format("    iifname \"{}\" ip daddr {} counter name subnet_drops drop\n", jobs, subnet);
   if (!allowed.empty()) r += fmt::format("    iifname \"{}\" ip daddr @test_allowed return\n", jobs);
-  r += fmt::format("    iifname \"{}\" ip daddr @blocked drop\n", jobs);
+  r += fmt::format("    iifname \"{}\" ip daddr @blocked counter name blocked_drops drop\n", jobs);
   r += "  }\n";
   // Jobs reach the uplink; from outside only replies come back; jobs never reach each other.
   r += "  chain forward {\n    type filter hook forward priority filter - 10; policy drop;\n";

@@ -264,7 +264,8 @@ class RunnerNetwork : public ::testing::Test {
             "--host-record=private.test,10.1.2.3", "--host-record=mixed.test,10.1.2.3",
             "--host-record=mixed.test,93.184.216.35", "--host-record=meta.test,169.254.169.254",
             "--host-record=hostaddr.test,198.51.100.1", "--host-record=allowed.test,198.51.100.7",
-            "--host-record=v6.test,2001:db8::1", "--cname=alias.test,mixed.test"};
+            "--host-record=v6.test,2001:db8::1", "--cname=alias.test,mixed.test",
+            "--host-record=metadata.google.internal,169.254.169.254"};
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -483,6 +484,27 @@ except OSError: print("udp = none")
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "the connection into the job was made";
   EXPECT_EQ(p["tcp"], "none");
   EXPECT_EQ(p["udp"], "none");
+}
+
+// `motor-runner gate` (the installed binary: no test switch) with outbound enabled on the test
+// uplink: each outbound attack is stopped, and by the policy's own drop rule (its counter).
+TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
+  const std::string dir = make_temp_dir();
+  chmod(dir.c_str(), 0711);
+  const std::string conf = dir + "/runner.conf";
+  write_file(conf, fmt::format("cgroup_parent = motor-gate9-{}\noutbound_network = true\noutbound_uplink_netns = {}\n"
+                               "outbound_resolvers = 10.53.53.53\n",
+                               getpid(), up_));
+  auto res = run_program({MOTOR_RUNNER_BIN, "gate", "--config", conf, "--state-dir", dir + "/state", "--json"}, {},
+                         std::chrono::seconds(600));
+  for (const char* id : {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6", "net-outbound-dns-private"}) {
+    const size_t at = res.out.find(fmt::format("\"id\":\"{}\"", id));
+    ASSERT_NE(at, std::string::npos) << id << "\n" << res.out.substr(0, 4000) << res.err;
+    const std::string entry = res.out.substr(at, res.out.find('}', at) - at);
+    EXPECT_NE(entry.find("\"result\":\"stopped\""), std::string::npos) << entry;
+  }
+  EXPECT_FALSE(exists("/run/netns/motor-eg-" + runner::egress_tag(dir + "/state")));
+  remove_tree(dir);
 }
 
 TEST_F(RunnerNetwork, OutboundIsRefusedUnlessTheRunnerEnablesIt) {

@@ -92,9 +92,9 @@ TEST(NetPolicy, RulesetDropsBeforeAnythingElse) {
   EXPECT_NE(r.find("elements = { 192.0.2.254, 203.0.113.1 }"), std::string::npos) << r;  // sorted, once
   EXPECT_NE(r.find("hook prerouting priority raw - 10"), std::string::npos);
   // In the first chain: IPv6, then the host, then the jobs' subnet (resolver only), then ranges.
-  const size_t v6 = r.find("meta nfproto ipv6 drop"), host = r.find("@host_addresses drop"),
-               dns = r.find("th dport 53 return"), subnet = r.find("ip daddr 100.88.0.0/16 drop"),
-               blocked = r.find("@blocked drop");
+  const size_t v6 = r.find("meta nfproto ipv6 counter name ipv6_drops drop"), host = r.find("@host_addresses counter name host_drops drop"),
+               dns = r.find("th dport 53 return"), subnet = r.find("ip daddr 100.88.0.0/16 counter name subnet_drops drop"),
+               blocked = r.find("@blocked counter name blocked_drops drop");
   EXPECT_LT(v6, host);
   EXPECT_LT(host, dns);
   EXPECT_LT(dns, subnet);
@@ -104,8 +104,8 @@ TEST(NetPolicy, RulesetDropsBeforeAnythingElse) {
   EXPECT_NE(r.find("policy drop;\n    iifname \"mjv*\" oifname \"up0\""), std::string::npos);
   policy.test_allowed = {*parse_cidr("198.51.100.0/24")};
   const std::string t = egress_ruleset(policy, names());
-  EXPECT_LT(t.find("@host_addresses drop"), t.find("@test_allowed return"));
-  EXPECT_LT(t.find("@test_allowed return"), t.find("@blocked drop"));
+  EXPECT_LT(t.find("@host_addresses counter"), t.find("@test_allowed return"));
+  EXPECT_LT(t.find("@test_allowed return"), t.find("@blocked counter"));
 }
 
 // nft itself accepts what we generate (--check: parsed and validated by the kernel, not
