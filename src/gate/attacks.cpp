@@ -973,29 +973,15 @@ int64_t egress_drops(const AttackEnv& env, const std::string& counter) {
   return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + 8);
 }
 
-// The uplink namespace's own IPv4 addresses (not loopback) and its gateways, from `ip -j`.
+// The uplink namespace's own IPv4 addresses (not loopback) and its gateways.
 std::vector<std::string> uplink_host_targets(const AttackEnv& env) {
   UniqueFd fd;
   if (!env.config->outbound_uplink_netns.empty())
     fd.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
   std::vector<std::string> out;
-  std::string addrs, routes;
-  simdjson::dom::parser parser;
-  simdjson::dom::array list;
-  if (sandbox::run_tool({"ip", "-4", "-j", "addr", "show"}, fd.get(), "", &addrs) && !parser.parse(addrs).get_array().get(list)) {
-    for (auto link : list) {
-      simdjson::dom::array infos;
-      if (link["addr_info"].get_array().get(infos)) continue;
-      for (auto info : infos) {
-        std::string_view local;
-        if (!info["local"].get_string().get(local) && local.rfind("127.", 0) != 0) out.emplace_back(local);
-      }
-    }
-  }
-  if (sandbox::run_tool({"ip", "-4", "-j", "route", "show"}, fd.get(), "", &routes) && !parser.parse(routes).get_array().get(list)) {
-    for (auto route : list) {
-      std::string_view gw;
-      if (!route["gateway"].get_string().get(gw)) out.emplace_back(gw);
+  if (auto addrs = sandbox::namespace_addresses(fd.get())) {
+    for (sandbox::Ipv4 a : *addrs) {
+      if ((a >> 24) != 127) out.push_back(sandbox::format_ipv4(a));
     }
   }
   std::sort(out.begin(), out.end());
@@ -1099,15 +1085,14 @@ std::vector<uint32_t> upstream_addresses(const AttackEnv& env, const std::string
   for (const auto& r : env.config->outbound_resolvers) servers.push_back(*sandbox::parse_ipv4(r));
   if (servers.empty()) servers = runner::resolv_conf_nameservers(read_host("/etc/resolv.conf"));
   if (servers.empty()) return {};
-  UniqueFd uplink, own(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  UniqueFd uplink;
   if (!env.config->outbound_uplink_netns.empty())
     uplink.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
-  if (uplink && setns(uplink.get(), CLONE_NEWNET) != 0) return {};
-  UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (uplink) (void)setns(own.get(), CLONE_NEWNET);
+  auto sock = sandbox::socket_in_netns(uplink ? uplink.get() : -1, SOCK_DGRAM);
   auto q = runner::make_dns_query(0x5a5a, name);
   auto parsed = q ? runner::parse_dns_query(*q) : Expected<runner::DnsQuery>(make_error("dns", "bad name"));
-  if (!s || !parsed) return {};
+  if (!sock || !parsed) return {};
+  const UniqueFd& s = *sock;
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(53);

@@ -15,6 +15,7 @@
 #include "motor/unique_fd.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
+#include "sandbox/egress.hpp"
 
 namespace motor::runner {
 
@@ -87,27 +88,21 @@ Resolver::Resolver(uv_loop_t* loop, sandbox::EgressPolicy policy, sandbox::Cidr 
 Resolver::~Resolver() = default;
 
 Status Resolver::start(int egress_netns_fd) {
-  UniqueFd own(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!own) return sys_error("opening /proc/self/ns/net");
-  if (setns(egress_netns_fd, CLONE_NEWNET) != 0) return sys_error("entering the egress namespace");
-  UniqueFd udp(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  const int udp_err = errno;
-  UniqueFd tcp(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  const int tcp_err = errno;
-  if (setns(own.get(), CLONE_NEWNET) != 0) return sys_error("returning to the runner's namespace");
-  if (!udp) return sys_error("resolver: UDP socket", udp_err);
-  if (!tcp) return sys_error("resolver: TCP socket", tcp_err);
+  auto udp = sandbox::socket_in_netns(egress_netns_fd, SOCK_DGRAM | SOCK_NONBLOCK);
+  if (!udp) return make_error(udp.error().code, "resolver: " + udp.error().message);
+  auto tcp = sandbox::socket_in_netns(egress_netns_fd, SOCK_STREAM | SOCK_NONBLOCK);
+  if (!tcp) return make_error(tcp.error().code, "resolver: " + tcp.error().message);
   sockaddr_in any{};
   any.sin_family = AF_INET;
   any.sin_port = htons(53);
   const int one = 1;
-  setsockopt(tcp.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(udp.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding UDP port 53");
-  if (bind(tcp.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding TCP port 53");
+  setsockopt(tcp->get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(udp->get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding UDP port 53");
+  if (bind(tcp->get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding TCP port 53");
 
   uv_udp_init(loop_, udp_.get());
   udp_.initialized(this);
-  if (int rc = uv_udp_open(udp_.get(), udp.release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
+  if (int rc = uv_udp_open(udp_.get(), udp->release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
   uv_udp_recv_start(
       udp_.get(), [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* self = reactor::owner_of<Resolver>(h);
@@ -121,7 +116,7 @@ Status Resolver::start(int egress_netns_fd) {
       });
   uv_tcp_init(loop_, tcp_.get());
   tcp_.initialized(this);
-  if (int rc = uv_tcp_open(tcp_.get(), tcp.release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
+  if (int rc = uv_tcp_open(tcp_.get(), tcp->release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
   if (int rc = uv_listen(tcp_.stream(), 64, [](uv_stream_t* s, int status) {
         if (auto* self = reactor::owner_of<Resolver>(s); self && status == 0) self->accept_tcp();
       });
@@ -152,24 +147,9 @@ void Resolver::on_query(std::string_view message, const sockaddr_in& from, TcpCl
 }
 
 Expected<int> Resolver::upstream_socket() {
-  if (uplink_netns_fd_ < 0) {
-    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return sys_error("socket");
-    return fd;
-  }
-  // A socket belongs to the namespace it was created in: create it in the uplink's and return.
-  UniqueFd own(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!own) return sys_error("opening /proc/self/ns/net");
-  if (setns(uplink_netns_fd_, CLONE_NEWNET) != 0) return sys_error("entering the uplink namespace");
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  const int err = errno;
-  if (setns(own.get(), CLONE_NEWNET) != 0) {
-    // Staying in the wrong namespace would be worse than stopping.
-    log_error("resolver: cannot return to the runner's network namespace: {}", std::strerror(errno));
-    abort();
-  }
-  if (fd < 0) return sys_error("socket", err);
-  return fd;
+  auto fd = sandbox::socket_in_netns(uplink_netns_fd_, SOCK_DGRAM | SOCK_NONBLOCK);
+  if (!fd) return fd.error();
+  return fd->release();
 }
 
 void Resolver::try_upstream(Pending& p) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <simdjson.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,8 +51,9 @@ Status write_sysctls(int netns_fd, const std::vector<std::string>& paths) {
   return result;
 }
 
-// Every IPv4 address of the uplink namespace and every gateway its routes name.
-Expected<std::vector<Ipv4>> host_addresses(int uplink_fd) {
+}  // namespace
+
+Expected<std::vector<Ipv4>> namespace_addresses(int uplink_fd) {
   std::vector<Ipv4> out;
   std::string addrs, routes;
   if (auto s = run_tool({"ip", "-4", "-j", "addr", "show"}, uplink_fd, "", &addrs); !s) return s.error();
@@ -77,7 +79,21 @@ Expected<std::vector<Ipv4>> host_addresses(int uplink_fd) {
   return out;
 }
 
-}  // namespace
+Expected<UniqueFd> socket_in_netns(int netns_fd, int type) {
+  if (netns_fd < 0) {
+    UniqueFd fd(socket(AF_INET, type | SOCK_CLOEXEC, 0));
+    if (!fd) return sys_error("socket");
+    return fd;
+  }
+  UniqueFd own(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!own) return sys_error("opening /proc/self/ns/net");
+  if (setns(netns_fd, CLONE_NEWNET) != 0) return sys_error("entering a network namespace");
+  UniqueFd fd(socket(AF_INET, type | SOCK_CLOEXEC, 0));
+  const int err = errno;
+  if (setns(own.get(), CLONE_NEWNET) != 0) abort();
+  if (!fd) return sys_error("socket", err);
+  return fd;
+}
 
 Status run_tool(const std::vector<std::string>& argv, int netns_fd, const std::string& input, std::string* out) {
   int in_pipe[2], out_pipe[2];
@@ -184,7 +200,7 @@ Expected<std::unique_ptr<Egress>> Egress::create(const EgressConfig& config) {
                                     format_ipv4(egress_end), format_ipv4(uplink_end)));
       !s)
     return s.error();
-  auto hosts = host_addresses(e->uplink_.get());
+  auto hosts = namespace_addresses(e->uplink_.get());
   if (!hosts) return hosts.error();
   e->policy_.host_addresses = std::move(*hosts);
   e->policy_.test_allowed = config.test_allowed;

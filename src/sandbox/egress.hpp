@@ -55,6 +55,15 @@ class Egress {
   UniqueFd netns_, uplink_;
 };
 
+// Every IPv4 address of a network namespace (`netns_fd`, or -1 for the caller's) and every
+// gateway its routes name, from `ip -4 -j` (blocking: start-up and the gate only).
+Expected<std::vector<Ipv4>> namespace_addresses(int netns_fd);
+
+// A socket (AF_INET, `type`) of the network namespace `netns_fd` (-1: the caller's): a socket
+// belongs to the namespace it was made in, so the thread enters it for the call and comes back.
+// Failing to come back aborts: running on in a foreign namespace would be worse.
+Expected<UniqueFd> socket_in_netns(int netns_fd, int type);
+
 // Runs a program to completion (start-up and tests only: it blocks), optionally inside the
 // network namespace `netns_fd`, feeding `input` on stdin. Fails with the program's stderr.
 Status run_tool(const std::vector<std::string>& argv, int netns_fd = -1, const std::string& input = "",

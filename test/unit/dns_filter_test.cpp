@@ -46,31 +46,9 @@ constexpr uint32_t kPrivate = 0x0A010203;  // 10.1.2.3
 
 bool drops(uint32_t addr) { return sandbox::EgressPolicy{}.drops(addr); }
 
-// The A addresses of an answer section we produced (names are never compressed by us).
 std::vector<uint32_t> answers(const std::string& m, uint16_t* count_out = nullptr) {
-  std::vector<uint32_t> out;
-  size_t pos = 12;
-  while (m[pos]) pos += static_cast<size_t>(static_cast<uint8_t>(m[pos])) + 1;
-  pos += 5;
-  const uint16_t an = static_cast<uint16_t>((static_cast<uint8_t>(m[6]) << 8) | static_cast<uint8_t>(m[7]));
-  if (count_out) *count_out = an;
-  for (uint16_t i = 0; i < an; ++i) {
-    while (m[pos]) {
-      EXPECT_LT(static_cast<uint8_t>(m[pos]), 0xC0) << "compressed name in our output";
-      pos += static_cast<size_t>(static_cast<uint8_t>(m[pos])) + 1;
-    }
-    ++pos;
-    const uint16_t type = static_cast<uint16_t>((static_cast<uint8_t>(m[pos]) << 8) | static_cast<uint8_t>(m[pos + 1]));
-    const size_t len = (static_cast<size_t>(static_cast<uint8_t>(m[pos + 8])) << 8) | static_cast<uint8_t>(m[pos + 9]);
-    pos += 10;
-    if (type == 1) {
-      uint32_t v = 0;
-      for (size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<uint8_t>(m[pos + k]);
-      out.push_back(v);
-    }
-    pos += len;
-  }
-  return out;
+  if (count_out) *count_out = static_cast<uint16_t>((static_cast<uint8_t>(m[6]) << 8) | static_cast<uint8_t>(m[7]));
+  return dns_answer_addresses(m);
 }
 
 TEST(DnsFilter, QueriesAreCheckedBeforeTheyAreForwarded) {
