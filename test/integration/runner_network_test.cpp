@@ -226,6 +226,21 @@ void serve_malformed_dns(uint32_t address) {
   }
 }
 
+// Whether a TCP connect to `address`:kPort from inside `netns` succeeds.
+bool connects_from(const std::string& netns, uint32_t address) {
+  const pid_t pid = fork_in_netns(netns, [address] {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(kPort);
+    a.sin_addr.s_addr = htonl(address);
+    _exit(connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : 1);
+  });
+  int status = -1;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 void stop_pid(pid_t& pid) {
   if (pid <= 0) return;
   kill(pid, SIGKILL);
@@ -277,7 +292,11 @@ class RunnerNetwork : public ::testing::Test {
     hits_up_ = fork_in_netns(up_, serve_hits);
     hits_gw_ = fork_in_netns(gw_, serve_hits);
     bad_dns_ = fork_in_netns(up_, [] { serve_malformed_dns(0x0A424242); });
-    ready_ = ok && dnsmasq_pid_ > 0;
+    // Both listeners are up before any test (each reached from the other namespace).
+    bool listening = false;
+    for (int i = 0; ok && i < 200 && !(listening = connects_from(gw_, 0x0A090909) && connects_from(up_, 0xC6336407)); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ready_ = ok && dnsmasq_pid_ > 0 && listening;
   }
 
   static void TearDownTestSuite() {
@@ -343,17 +362,7 @@ class RunnerNetwork : public ::testing::Test {
 // from the upstream namespace itself (checked first), so only the policy stops the job.
 TEST_F(RunnerNetwork, OutboundJobReachesThePublicInternetOnly) {
   // The listeners answer to anyone inside the test namespaces: without the policy, the job would.
-  int sanity = -1;
-  const pid_t check = fork_in_netns(gw_, [] {
-    const int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(kPort);
-    a.sin_addr.s_addr = htonl(0x0A090909);  // 10.9.9.9 on the upstream's lo, via its route
-    _exit(connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : 1);
-  });
-  waitpid(check, &sanity, 0);
-  ASSERT_TRUE(WIFEXITED(sanity) && WEXITSTATUS(sanity) == 0) << "the blocked-range listener is not reachable at all";
+  ASSERT_TRUE(connects_from(gw_, 0x0A090909)) << "the blocked-range listener (10.9.9.9) is not reachable at all";
 
   auto r = outbound_runner();
   ASSERT_TRUE(r->start()) << r->log();
