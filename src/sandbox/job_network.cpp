@@ -70,7 +70,7 @@ int set_address(int sock, const char* ifname, Ipv4 address, int prefix, const ch
     stage = "network: SIOCSIFADDR";
     return errno;
   }
-  sin->sin_addr.s_addr = htonl(prefix == 0 ? 0 : 0xFFFFFFFFu << (32 - prefix));
+  sin->sin_addr.s_addr = htonl(~Cidr::host_mask(prefix));
   if (ioctl(sock, SIOCSIFNETMASK, &req) != 0) {
     stage = "network: SIOCSIFNETMASK";
     return errno;

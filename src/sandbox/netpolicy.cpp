@@ -46,8 +46,8 @@ Expected<Cidr> parse_cidr(std::string_view text) {
     c.prefix = n.size() == 1 ? n[0] - '0' : (n[0] - '0') * 10 + (n[1] - '0');
     if (c.prefix > 32) return make_error("config", fmt::format("\"{}\": the prefix length must be 0 to 32", text.substr(0, 64)));
   }
-  const Ipv4 host_bits = c.prefix == 0 ? 0xFFFFFFFFu : (0xFFFFFFFFu >> c.prefix);
-  if (c.prefix < 32 && (c.base & host_bits) != 0)
+  const Ipv4 host_bits = Cidr::host_mask(c.prefix);
+  if ((c.base & host_bits) != 0)
     return make_error("config", fmt::format("\"{}\" has host bits set; write {}", text.substr(0, 64),
                                             format_cidr({c.base & ~host_bits, c.prefix})));
   return c;

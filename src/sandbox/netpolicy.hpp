@@ -24,8 +24,10 @@ using Ipv4 = uint32_t;
 struct Cidr {
   Ipv4 base = 0;  // with every host bit zero
   int prefix = 32;
-  bool contains(Ipv4 a) const { return prefix == 0 || (a >> (32 - prefix)) == (base >> (32 - prefix)); }
-  Ipv4 last() const { return prefix == 0 ? 0xFFFFFFFFu : base | (0xFFFFFFFFu >> prefix); }
+  // The host bits of a /prefix (no shift by 32: that is undefined for a 32-bit value).
+  static Ipv4 host_mask(int prefix) { return prefix <= 0 ? 0xFFFFFFFFu : prefix >= 32 ? 0u : 0xFFFFFFFFu >> prefix; }
+  bool contains(Ipv4 a) const { return (a & ~host_mask(prefix)) == (base & ~host_mask(prefix)); }
+  Ipv4 last() const { return base | host_mask(prefix); }
   bool operator==(const Cidr&) const = default;
 };
 
