@@ -17,6 +17,7 @@
 #include "runner/job_log.hpp"
 #include "runner/sha256.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
 
 namespace motor::runner {
@@ -50,9 +51,9 @@ class Job {
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
   Status enqueue(std::string summary);
-  // Creates the cgroup, starts the process and watches it. On error nothing is left but the
-  // job's history.
-  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks);
+  // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
+  // watches it. On error nothing is left but the job's history.
+  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
@@ -109,11 +110,16 @@ class Job {
     char buf[64 * 1024];
   };
 
+  // The job starter's answer: watch the process, or end the job as refused.
+  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
   void start_reading(OutputPipe& out);
   void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
   bool append_output(OutputPipe& out, std::string_view bytes);
   void on_exit();
+  void watch_oom();
+  // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
+  void on_oom_event(bool woken);
   void on_timeout();
   void kill_tree(const char* why);
   void check_empty();
@@ -145,6 +151,7 @@ class Job {
   std::optional<JobLog> log_;
   UniqueFd pidfd_;
   UniqueFd setup_status_;
+  UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;
   bool started_confirmed_ = false;
   std::string setup_error_;  // the child failed before exec
@@ -154,6 +161,7 @@ class Job {
   std::optional<std::string> killed_;  // "deadline" | "cancel"
   bool cancelled_ = false;
   bool kill_issued_ = false;
+  int leftover_polls_ = 0;  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   std::string terminal_json_;
 
   reactor::UvHandle<uv_poll_t> pidfd_poll_;
@@ -161,6 +169,11 @@ class Job {
   reactor::UvHandle<uv_timer_t> deadline_;
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
   reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
+  std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
+  reactor::UvHandle<uv_poll_t> oom_poll_;
+  reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen
+  int oom_rechecks_left_ = 0;
+  int64_t oom_kills_seen_ = 0;
   std::unique_ptr<OutputPipe> stdout_, stderr_;
   std::vector<Follower> followers_;
   std::string scratch_;

@@ -504,8 +504,9 @@ TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
   write_file(conf, fmt::format("cgroup_parent = motor-gate9-{}\noutbound_network = true\noutbound_uplink_netns = {}\n"
                                "outbound_resolvers = 10.53.53.53\n",
                                getpid(), up_));
-  auto res = run_program({MOTOR_RUNNER_BIN, "gate", "--config", conf, "--state-dir", dir + "/state", "--json"}, {},
-                         std::chrono::seconds(600));
+  auto res = run_program({MOTOR_RUNNER_BIN, "gate", "--config", conf, "--state-dir", dir + "/state", "--json", "--attack",
+                          "net-outbound-ranges,net-outbound-host,net-outbound-ipv6,net-outbound-dns-private"},
+                         {}, std::chrono::seconds(600));
   for (const char* id : {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6", "net-outbound-dns-private"}) {
     const size_t at = res.out.find(fmt::format("\"id\":\"{}\"", id));
     ASSERT_NE(at, std::string::npos) << id << "\n" << res.out.substr(0, 4000) << res.err;
