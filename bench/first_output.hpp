@@ -12,12 +12,14 @@
 namespace motor::bench {
 
 // Microseconds, or -1 if the job did not run and exit 0.
-inline double first_output_us(const std::string& socket, int id) {
+// `network`: "" (the runner's default, offline) or "outbound".
+inline double first_output_us_with_network(const std::string& socket, int id, const std::string& network) {
   using Clock = std::chrono::steady_clock;
   test::RawClient c(socket);
   if (!c.connected()) return -1;
   const auto t0 = Clock::now();
-  c.send_frame(fmt::format(R"({{"id":{},"method":"exec.run","params":{{"argv":["/bin/echo","x"]}}}})", id));
+  c.send_frame(fmt::format(R"({{"id":{},"method":"exec.run","params":{{"argv":["/bin/echo","x"]{}}}}})", id,
+                           network.empty() ? "" : fmt::format(R"(,"network":"{}")", network)));
   double first = -1;
   for (;;) {
     auto f = c.read_frame(std::chrono::milliseconds(10000));
@@ -28,5 +30,7 @@ inline double first_output_us(const std::string& socket, int id) {
     if (!test::json_field(*f, "/error/code").starts_with("<")) return -1;
   }
 }
+
+inline double first_output_us(const std::string& socket, int id) { return first_output_us_with_network(socket, id, ""); }
 
 }  // namespace motor::bench

@@ -199,6 +199,7 @@ std::string run_params(const CliOptions& o) {
   if (o.cpus) w.field("cpus", *o.cpus);
   if (o.memory_bytes) w.field("memory", *o.memory_bytes);
   if (o.direct) w.field("direct", true);
+  if (!o.network.empty()) w.field("network", o.network);
   if (!o.priority.empty()) w.field("priority", o.priority);
   w.end_object();
   return w.take();
@@ -341,7 +342,7 @@ const char* usage_text() {
   return R"(usage: motor [--socket PATH] COMMAND ...
 
   motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE] [--priority interactive|batch]
-            [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
+            [--network offline|outbound] [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
   motor run --direct [--secret-file PATH] ...   (a direct job: see docs/direct-runs.md)
   motor attach JOB [--from-seq N] [--json] [--secret-file PATH | --secret-stdin]
   motor status [JOB] [--json] [--secret-file PATH | --secret-stdin]
@@ -443,6 +444,11 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       if (name == "--timeout") o.timeout_s = n;
       else if (name == "--cpus") o.cpus = n;
       else o.from_seq = *n;
+    } else if (name == "--network") {
+      auto v = value();
+      if (!v) return v.error();
+      if (*v != "offline" && *v != "outbound") return usage(fmt::format("--network: expected offline or outbound, got \"{}\"", *v));
+      o.network = *v;
     } else if (name == "--memory") {
       auto v = value();
       if (!v) return v.error();

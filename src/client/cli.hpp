@@ -24,6 +24,7 @@ struct CliOptions {
   std::optional<int64_t> cpus;
   std::optional<std::string> memory;   // as given ("2G"); checked here, sent as bytes
   std::optional<int64_t> memory_bytes;
+  std::string network;                 // run: "" (the runner's default, offline) | offline | outbound
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<std::string> shell_command;  // -c
   std::vector<std::string> argv;             // after --

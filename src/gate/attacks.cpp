@@ -19,7 +19,16 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <simdjson.h>
+
+#include "motor/unique_fd.hpp"
+#include "runner/dns_filter.hpp"
+#include "runner/outbound.hpp"
+#include "runner/resolver.hpp"
+#include "sandbox/egress.hpp"
+#include "sandbox/netpolicy.hpp"
 
 namespace motor::gate {
 namespace {
@@ -988,6 +997,208 @@ T('read /etc/resolv.conf', lambda: R('/etc/resolv.conf'))
   return a;
 }
 
+
+// --- outbound network (issue 9): only where the config lets jobs ask for it --------------------
+// The egress policy drops silently, so a dropped connect times out; "timeout" alone would also be
+// what an unrouted address does. The evidence is the policy's own drop counter in the runner's
+// egress namespace, read before and after the attack: the drop rule must be what stopped it.
+
+std::optional<Verdict> need_outbound(const AttackEnv& env) {
+  if (env.config && env.config->outbound_network) return std::nullopt;
+  return Verdict{Result::kSkipped, "outbound_network is off: outbound jobs are refused (network_unsupported)", true};
+}
+
+// Packets a named drop counter of the gate runner's egress ruleset counted; -1 if unreadable.
+int64_t egress_drops(const AttackEnv& env, const std::string& counter) {
+  const std::string path = "/run/netns/motor-eg-" + runner::egress_tag(env.state_dir);
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string out;
+  if (!fd || !sandbox::run_tool({"nft", "list", "counter", "inet", "motor_egress", counter}, fd.get(), "", &out)) return -1;
+  const size_t at = out.find("packets ");
+  return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + 8);
+}
+
+// The uplink namespace's own IPv4 addresses (not loopback) and its gateways.
+std::vector<std::string> uplink_host_targets(const AttackEnv& env) {
+  UniqueFd fd;
+  if (!env.config->outbound_uplink_netns.empty())
+    fd.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
+  std::vector<std::string> out;
+  if (auto addrs = sandbox::namespace_addresses(fd.get())) {
+    for (sandbox::Ipv4 a : *addrs) {
+      if ((a >> 24) != 127) out.push_back(sandbox::format_ipv4(a));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+constexpr std::string_view kConnectAll = R"PY(import threading
+def _tcp(label, host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(4)
+    try:
+        s.connect((host, port))
+        P(label, 'OK connected')
+    except socket.timeout:
+        P(label, 'timeout')
+    except BaseException as e:
+        P(label, _en(e))
+    finally:
+        s.close()
+def CONNECT_ALL(targets):
+    ts = [threading.Thread(target=_tcp, args=('tcp %s:%d' % (h, p), h, p)) for h, p in targets]
+    for t in ts: t.start()
+    for t in ts: t.join()
+)PY";
+
+// Every target must time out, and the named drop counter must have grown by at least one packet
+// per target.
+Attack outbound_connect_attack(std::string id, std::string control, std::string description, std::string counter,
+                               std::function<std::vector<std::string>(const AttackEnv&)> targets) {
+  Attack a;
+  a.id = std::move(id);
+  a.control = std::move(control);
+  a.description = std::move(description);
+  a.needs = "outbound_network = true";
+  a.skip = need_outbound;
+  a.run = [counter = std::move(counter), targets = std::move(targets)](AttackEnv& env) {
+    const auto hosts = targets(env);
+    if (hosts.empty()) return inconclusive("no target addresses found");
+    std::string list;
+    std::vector<Expect> expects;
+    for (const auto& h : hosts) {
+      list += fmt::format("({}, 80), ", py(h));
+      expects.push_back({fmt::format("tcp {}:80", h), {"timeout"}});
+    }
+    const int64_t before = egress_drops(env, counter);
+    JobRequest rq = python_job(env, "", std::string(kConnectAll) + "CONNECT_ALL([" + list + "])\n");
+    rq.network = "outbound";
+    Verdict v = judge_lines(run(env, rq), expects);
+    const int64_t after = egress_drops(env, counter);
+    if (v.result != Result::kStopped) return v;
+    if (before < 0 || after - before < static_cast<int64_t>(hosts.size()))
+      return through(fmt::format("the connects timed out but the policy's {} counter went {} -> {}: something else "
+                                 "stopped them; {}", counter, before, after, v.evidence));
+    v.evidence += fmt::format("; {} counted {} more packets", counter, after - before);
+    return v;
+  };
+  return a;
+}
+
+Attack outbound_ipv6() {
+  Attack a = probe_attack("net-outbound-ipv6", "outbound job: no IPv6 (sysctls in the job's namespace, ruleset drops IPv6)",
+                          "list IPv6 addresses, connect over IPv6 to ::1 and 2001:db8::1", nullptr,
+                          R"PY(T('ipv6 addresses', lambda: len(open('/proc/net/if_inet6').read().split()))
+def c6(host):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        s.connect((host, 80))
+    finally:
+        s.close()
+T('udp connect [::1]:80', lambda: c6('::1'))
+T('udp connect [2001:db8::1]:80', lambda: c6('2001:db8::1'))
+)PY",
+                          ExpectsFn([](const AttackEnv&) {
+                            return std::vector<Expect>{{"ipv6 addresses", {"OK 0"}},
+                                                       {"udp connect [::1]:80", {"EADDRNOTAVAIL", "ENETUNREACH"}},
+                                                       {"udp connect [2001:db8::1]:80", {"ENETUNREACH", "EADDRNOTAVAIL"}}};
+                          }));
+  auto inner = a.run;
+  a.run = [inner](AttackEnv& env) {
+    // probe_attack runs offline jobs: this one asks for outbound.
+    RunJob original = env.run_job;
+    env.run_job = [original](const JobRequest& rq, int ms, const std::function<void(const std::string&)>& f) {
+      JobRequest out = rq;
+      out.network = "outbound";
+      return original(out, ms, f);
+    };
+    Verdict v = inner(env);
+    env.run_job = original;
+    return v;
+  };
+  a.needs = "outbound_network = true";
+  a.skip = need_outbound;
+  return a;
+}
+
+// Asks the upstream resolver (from the uplink namespace, as the runner does) for `name`; its
+// A addresses, or none.
+std::vector<uint32_t> upstream_addresses(const AttackEnv& env, const std::string& name) {
+  std::vector<sandbox::Ipv4> servers;
+  for (const auto& r : env.config->outbound_resolvers) servers.push_back(*sandbox::parse_ipv4(r));
+  if (servers.empty()) servers = runner::resolv_conf_nameservers(read_host("/etc/resolv.conf"));
+  if (servers.empty()) return {};
+  UniqueFd uplink;
+  if (!env.config->outbound_uplink_netns.empty())
+    uplink.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
+  auto sock = sandbox::socket_in_netns(uplink ? uplink.get() : -1, SOCK_DGRAM);
+  auto q = runner::make_dns_query(0x5a5a, name);
+  auto parsed = q ? runner::parse_dns_query(*q) : Expected<runner::DnsQuery>(make_error("dns", "bad name"));
+  if (!sock || !parsed) return {};
+  const UniqueFd& s = *sock;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(53);
+  to.sin_addr.s_addr = htonl(servers[0]);
+  timeval tv{2, 0};
+  setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 || send(s.get(), q->data(), q->size(), 0) < 0) return {};
+  std::string buf(65535, '\0');
+  const ssize_t n = recv(s.get(), buf.data(), buf.size(), 0);
+  if (n <= 0) return {};
+  auto out = runner::filter_dns_response(std::string_view(buf.data(), static_cast<size_t>(n)), *parsed, 0x5a5a,
+                                         [](uint32_t) { return false; }, 65535);
+  return out ? runner::dns_answer_addresses(*out) : std::vector<uint32_t>{};
+}
+
+Attack outbound_dns_private() {
+  Attack a;
+  a.id = "net-outbound-dns-private";
+  a.control = "outbound job: the resolver removes addresses the policy drops";
+  a.description = "resolve names the upstream resolver answers with private or link-local addresses";
+  a.needs = "outbound_network = true, and a name the upstream answers privately";
+  a.skip = need_outbound;
+  a.run = [](AttackEnv& env) {
+    const sandbox::EgressPolicy policy;
+    std::vector<std::string> names;
+    for (std::string n : {std::string("localhost"), std::string("metadata.google.internal"), std::string("instance-data"),
+                          std::string("metadata"), env.host_hostname}) {
+      if (n.empty()) continue;
+      for (uint32_t addr : upstream_addresses(env, n)) {
+        if (policy.drops(addr)) {
+          names.push_back(n);
+          break;
+        }
+      }
+    }
+    if (names.empty())
+      return Verdict{Result::kSkipped, "the upstream resolver answers none of the candidate names with a blocked address", true};
+    std::string list;
+    std::vector<Expect> expects;
+    for (const auto& n : names) {
+      list += "T('resolve " + n + "', lambda: sorted({a[4][0] for a in socket.getaddrinfo(" + py(n) + ", 80, socket.AF_INET)})); ";
+      expects.push_back({"resolve " + n, {"EAI(-5)", "EAI(-2)", "EAI(-3)"}});
+    }
+    JobRequest rq = python_job(env, "", list + "\n");
+    rq.network = "outbound";
+    auto r = run(env, rq);
+    Verdict v = judge_lines(r, expects);
+    if (v.result != Result::kGotThrough) return v;
+    // Public addresses beside the stripped ones are fine: only a blocked address breaks it.
+    for (const auto& [label, value] : parse_result_lines(r.out)) {
+      for (size_t at = 0; (at = value.find('\'', at)) != std::string::npos;) {
+        const size_t end = value.find('\'', at + 1);
+        if (end == std::string::npos) break;
+        if (auto addr = sandbox::parse_ipv4(value.substr(at + 1, end - at - 1)); addr && policy.drops(*addr)) return v;
+        at = end + 1;
+      }
+    }
+    return stopped("only addresses the policy allows were answered: " + v.evidence);
+  };
+  return a;
+}
 }  // namespace
 
 const char* result_name(Result r) {
@@ -1104,6 +1315,21 @@ T('udp 192.0.2.1:53', udp)
                               {"tcp [2001:db8::1]:80", {"ENETUNREACH", "EADDRNOTAVAIL", "EAFNOSUPPORT"}},
                               {"udp 192.0.2.1:53", {"ENETUNREACH"}}}));
   out.push_back(dns());
+  // --- outbound network (issue 9) -------------------------------------------------------------------
+  out.push_back(outbound_connect_attack(
+      "net-outbound-ranges", "outbound job: egress ruleset drops every blocked range",
+      "connect from an outbound job to one address in each private, shared, link-local (metadata), documentation "
+      "and benchmarking range",
+      "blocked_drops", [](const AttackEnv&) {
+        return std::vector<std::string>{"10.0.0.1",  "100.64.0.1",  "169.254.169.254", "172.16.0.1", "192.0.0.1",
+                                        "192.0.2.1", "192.168.0.1", "198.18.0.1",      "198.51.100.1", "203.0.113.1"};
+      }));
+  out.push_back(outbound_connect_attack(
+      "net-outbound-host", "outbound job: egress ruleset drops the host's addresses and gateway",
+      "connect from an outbound job to every address of the host (the uplink namespace) and its gateway", "host_drops",
+      uplink_host_targets));
+  out.push_back(outbound_ipv6());
+  out.push_back(outbound_dns_private());
   // --- privileges -----------------------------------------------------------------------------
   out.push_back(probe_attack("capabilities", "every capability set emptied", "read the job's capability sets", nullptr,
                              R"PY(for line in open('/proc/self/status'):

@@ -194,6 +194,7 @@ JobResult GateSession::run(const JobRequest& rq, int timeout_ms,
   w.field("timeout", rq.timeout_s);
   if (!rq.memory.empty()) w.field("memory", rq.memory);
   if (rq.cpus > 0) w.field("cpus", rq.cpus);
+  if (!rq.network.empty()) w.field("network", rq.network);
   w.end_object().end_object();
   if (auto s = send(w.str()); !s) {
     r.error = s.error().message;

@@ -37,6 +37,7 @@ struct JobRequest {
   int64_t timeout_s = 60;
   std::string memory;                 // "" = the runner's default
   int64_t cpus = 0;                   // 0 = the runner's default
+  std::string network;                // "" = the runner's default (offline); "outbound"
 };
 
 // Everything the runner said about one job.

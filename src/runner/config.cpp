@@ -1,4 +1,5 @@
 #include "runner/config.hpp"
+#include "sandbox/netpolicy.hpp"
 
 #include "protocol/size.hpp"
 
@@ -117,6 +118,19 @@ direct_jobs = false
 # On SIGTERM: kill running jobs, or finish (let them run up to shutdown_grace_s, then kill).
 shutdown = kill
 shutdown_grace_s = 30
+
+# --- Outbound network -------------------------------------------------------------------------
+
+# Whether a job may ask for network: "outbound" (public IPv4 only; docs/job-isolation.md).
+# false refuses such jobs with network_unsupported. true or false.
+outbound_network = false
+# The network namespace whose routes reach the internet, by name (/run/netns/NAME); "" is the
+# runner's own (the host's).
+outbound_uplink_netns = ""
+# Resolvers the jobs' filtering resolver forwards to (IPv4). "": the nameservers in /etc/resolv.conf.
+outbound_resolvers = ""
+# Addresses of the jobs' links (a /30 each) and the egress namespace. Pick one the uplink does not use.
+outbound_subnet = 100.88.0.0/16
 
 # --- Environment ------------------------------------------------------------------------------
 
@@ -336,7 +350,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 38> kKeys = {{
+const std::array<KeySpec, 42> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -539,6 +553,43 @@ const std::array<KeySpec, 38> kKeys = {{
        } else {
          return "expected true or false, got " + shown(v.scalar);
        }
+       return std::nullopt;
+     }},
+    {"outbound_network", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar != "true" && v.scalar != "false") return "expected true or false, got " + shown(v.scalar);
+       c.outbound_network = v.scalar == "true";
+       return std::nullopt;
+     }},
+    {"outbound_uplink_netns", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       const std::string& n = v.scalar;
+       const bool ok = n.empty() || (n.size() <= 64 && n != "." && n != ".." &&
+                                     std::all_of(n.begin(), n.end(), [](char ch) {
+                                       return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                                              (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+                                     }));
+       if (!ok) return "expected a network namespace name (letters, digits, '_', '.', '-', at most 64) or \"\", got " + shown(n);
+       c.outbound_uplink_netns = n;
+       return std::nullopt;
+     }},
+    {"outbound_resolvers", true,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       std::vector<std::string> out;
+       for (const auto& item : v.items) {
+         if (item.empty()) continue;
+         if (!sandbox::parse_ipv4(item)) return "expected IPv4 addresses, got " + shown(item);
+         out.push_back(item);
+       }
+       c.outbound_resolvers = std::move(out);
+       return std::nullopt;
+     }},
+    {"outbound_subnet", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       auto cidr = sandbox::parse_cidr(v.scalar);
+       if (!cidr) return cidr.error().message;
+       if (cidr->prefix < 8 || cidr->prefix > 29) return "expected a range from /8 to /29, got " + shown(v.scalar);
+       c.outbound_subnet = v.scalar;
        return std::nullopt;
      }},
     {"shutdown", false,

@@ -78,6 +78,15 @@ struct Config {
   // Direct jobs (exec.run with direct: true) and their one-time secrets (docs/direct-runs.md).
   bool direct_jobs = false;
 
+  // Outbound network for jobs that ask for it (issue 9, docs/job-isolation.md): off unless the
+  // operator enables it. The uplink is a named network namespace (/run/netns/NAME) or, empty,
+  // the runner's own; resolvers empty means the IPv4 nameservers of /etc/resolv.conf; every
+  // job gets a /30 of outbound_subnet.
+  bool outbound_network = false;
+  std::string outbound_uplink_netns;
+  std::vector<std::string> outbound_resolvers;
+  std::string outbound_subnet = "100.88.0.0/16";
+
   // SIGTERM: kill running jobs, or wait up to shutdown_grace_s for them to finish first.
   ShutdownPolicy shutdown = ShutdownPolicy::kKill;
   int64_t shutdown_grace_s = 30;

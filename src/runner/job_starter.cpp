@@ -373,7 +373,9 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
 }
 
 void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
-  if (running()) {
+  // An outbound job's network plan names the runner's egress namespace by fd, which the helper
+  // does not hold: such a job is started in process.
+  if (running() && !box.network) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
       return;

@@ -193,6 +193,13 @@ Status Runner::start() {
 
   if (auto s = start_workspaces(); !s) return s;
   if (auto s = recover(); !s) return s;
+  if (config_.outbound_network) {
+    auto outbound = Outbound::start(loop_, config_);
+    if (!outbound) return outbound.error();
+    outbound_ = std::move(*outbound);
+  } else {
+    Outbound::remove_leftovers(config_);
+  }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
@@ -532,8 +539,9 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (p.platform != "linux") {
     return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
   }
-  if (p.network != "offline") {
-    return refuse_job(session, r.id, "network_unsupported", "outbound network access is not enabled on this runner");
+  if (p.network != "offline" && !outbound_) {
+    return refuse_job(session, r.id, "network_unsupported",
+                      "outbound network access is not enabled on this runner (outbound_network = false)");
   }
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
@@ -739,6 +747,11 @@ void Runner::start_next() {
       return refuse("workspace_setup_failed", "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)");
     }
     box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
+  }
+  if (p.network == "outbound") {
+    auto network = outbound_->claim(job.id());
+    if (!network) return refuse(network.error().code == "runner_full" ? "runner_full" : "workspace_setup_failed", network.error().message);
+    box.network = std::move(*network);
   }
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
@@ -979,6 +992,7 @@ void Runner::job_start_failed(Job& job, const std::string& detail) {
 
 void Runner::job_finished(Job& job) {
   cpu_claims_.release(job.cpus());
+  if (outbound_) outbound_->release(job.id());
   simdjson::dom::element root;
   std::string_view outcome;
   if (!parser_.parse(job.terminal_json().data(), job.terminal_json().size()).get(root) &&

@@ -23,6 +23,7 @@
 #include "runner/job.hpp"
 #include "runner/job_starter.hpp"
 #include "runner/notify.hpp"
+#include "runner/outbound.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
 #include "sandbox/accounts.hpp"
@@ -148,6 +149,7 @@ class Runner {
   std::set<Session*> sessions_;
   bool draining_ = false;
   bool shutting_down_ = false;
+  std::unique_ptr<Outbound> outbound_;  // only when outbound_network is enabled
   uint64_t started_hr_ns_ = 0;
 };
 

@@ -25,9 +25,9 @@ constexpr uint64_t kWritable = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
 // Paths the sandbox itself owns: a bind may not sit on, over or under them (under /tmp is fine:
 // the tmpfs is mounted first and the bind lands on it).
-constexpr std::array<std::string_view, 9> kOwned = {"/etc/passwd", "/etc/group", "/etc/hostname",
-                                                    "/etc/hosts",  "/etc/nsswitch.conf", "/proc",
-                                                    "/dev",        "/tmp",  "/.motor"};
+constexpr std::array<std::string_view, 10> kOwned = {"/etc/passwd", "/etc/group", "/etc/hostname",
+                                                     "/etc/hosts",  "/etc/nsswitch.conf", "/etc/resolv.conf",
+                                                     "/proc",       "/dev",  "/tmp",  "/.motor"};
 
 bool is_under(std::string_view path, std::string_view dir) {
   return path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/';
@@ -191,9 +191,15 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
                                    config.hostname + "\n",
                                0444));
   mounts.ops.push_back(file_op("/etc/nsswitch.conf",
-                               "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
-                               "protocols: files\nservices: files\n",
+                               std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
+                                   (config.network ? " dns" : "") + "\nnetworks: files\nprotocols: files\nservices: files\n",
                                0444));
+  if (config.network) {
+    plan.network = config.network;
+    mounts.ops.push_back(file_op("/etc/resolv.conf",
+                                 "nameserver " + format_ipv4(config.network->gateway) + "\noptions timeout:2 attempts:2\n",
+                                 0444));
+  }
   mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
                                      kWritable, false));
   plan_devices(mounts.ops, config.shm_size_bytes);
@@ -214,6 +220,9 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
     const SandboxPlan& p = state->plan;
     state->saved_umask = umask(0);  // modes in the plan are exact
     if (int err = enter_namespaces(p.namespaces, stage); err != 0) return err;
+    if (p.network) {
+      if (int err = attach_job_network(*p.network, stage); err != 0) return err;
+    }
     if (int err = apply_mounts(p.mounts, state->scratch, stage); err != 0) return err;
     // Never outside a UTS namespace of the job's own (a test build can leave it out).
     if (p.namespaces.clone_flags & CLONE_NEWUTS) {

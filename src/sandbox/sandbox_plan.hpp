@@ -14,11 +14,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "motor/expected.hpp"
 #include "sandbox/capabilities.hpp"
+#include "sandbox/job_network.hpp"
 #include "sandbox/mounts.hpp"
 #include "sandbox/namespaces.hpp"
 #include "sandbox/seccomp_policy.hpp"
@@ -56,6 +58,9 @@ struct SandboxConfig {
   std::string user_name = "motor-job";
   std::string group_name = "motor-job";
   std::string init_path;              // host path of the motor-init executable
+  // An outbound job (issue 9): its veth to the runner's egress namespace; /etc/resolv.conf then
+  // names the gateway, the runner's filtering resolver. Absent: loopback only.
+  std::optional<JobNetworkPlan> network;
 };
 
 struct SandboxPlan {
@@ -64,6 +69,7 @@ struct SandboxPlan {
   std::string hostname;
   CapabilityPlan capabilities;
   SeccompProgram seccomp;
+  std::optional<JobNetworkPlan> network;
 };
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);

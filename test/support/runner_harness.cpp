@@ -128,7 +128,7 @@ CommandResult run_program(const std::vector<std::string>& argv, const std::vecto
   return r;
 }
 
-RunnerProcess::RunnerProcess(std::string extra_config) {
+RunnerProcess::RunnerProcess(std::string extra_config) : binary_(MOTOR_RUNNER_BIN) {
   dir_ = make_temp_dir();
   chmod(dir_.c_str(), 0711);  // jobs reach their workspace below it
   state_dir_ = dir_ + "/state";
@@ -176,8 +176,15 @@ bool RunnerProcess::start() {
     dup2(in, 0);
     unsetenv("NOTIFY_SOCKET");
     unsetenv("JOURNAL_STREAM");
-    execl(MOTOR_RUNNER_BIN, MOTOR_RUNNER_BIN, "serve", "--config", config_path_.c_str(), "--state-dir", state_dir_.c_str(),
-          "--socket", socket_.c_str(), static_cast<char*>(nullptr));
+    std::vector<std::string> args{binary_};
+    args.insert(args.end(), flags_.begin(), flags_.end());
+    for (const std::string& a : {std::string("serve"), std::string("--config"), config_path_, std::string("--state-dir"),
+                                 state_dir_, std::string("--socket"), socket_})
+      args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary_.c_str(), argv.data());
     _exit(127);
   }
   for (int i = 0; i < 1000; ++i) {
@@ -191,6 +198,11 @@ bool RunnerProcess::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+void RunnerProcess::use_binary(std::string binary, std::vector<std::string> flags) {
+  binary_ = std::move(binary);
+  flags_ = std::move(flags);
 }
 
 int RunnerProcess::stop(std::chrono::seconds timeout) {

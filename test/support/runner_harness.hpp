@@ -53,6 +53,9 @@ class RunnerProcess {
 
   // Starts (or restarts) the runner on the same state directory; waits for its socket.
   bool start();
+  // Runs `binary` (e.g. MOTOR_RUNNER_TESTING_BIN) with `flags` before `serve` from the next start.
+  void use_binary(std::string binary, std::vector<std::string> flags = {});
+  const std::string& config_path() const { return config_path_; }
   // SIGTERM, then wait; returns the exit status (or -1).
   int stop(std::chrono::seconds timeout = std::chrono::seconds(30));
   void kill9();
@@ -72,6 +75,8 @@ class RunnerProcess {
 
  private:
   std::string dir_, state_dir_, socket_, config_path_, log_path_, cgroup_parent_;
+  std::string binary_;  // MOTOR_RUNNER_BIN unless use_binary() says otherwise
+  std::vector<std::string> flags_;
   pid_t pid_ = -1;
 };
 

@@ -400,5 +400,25 @@ TEST_F(ConfigFile, DirectoryAndWorldWritableRefused) {
   EXPECT_NE(ww.error().message.find("writable by everyone"), std::string::npos);
 }
 
+TEST(ConfigOutbound, KeysAndTheirErrors) {
+  auto c = parse_config(
+      "outbound_network = true\noutbound_uplink_netns = up-1\noutbound_resolvers = 10.0.0.2, 9.9.9.9\n"
+      "outbound_subnet = 100.90.0.0/20\n");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->outbound_network);
+  EXPECT_EQ(c->outbound_uplink_netns, "up-1");
+  EXPECT_EQ(c->outbound_resolvers, (std::vector<std::string>{"10.0.0.2", "9.9.9.9"}));
+  EXPECT_EQ(c->outbound_subnet, "100.90.0.0/20");
+  EXPECT_FALSE(Config{}.outbound_network);  // off unless the operator enables it
+  expect_error("outbound_network = yes\n", 1, "outbound_network", "true or false");
+  expect_error("outbound_uplink_netns = a/b\n", 1, "outbound_uplink_netns", "network namespace name");
+  expect_error("outbound_uplink_netns = ..\n", 1, "outbound_uplink_netns", "network namespace name");
+  expect_error("outbound_resolvers = 10.0.0.256\n", 1, "outbound_resolvers", "IPv4 addresses");
+  expect_error("outbound_resolvers = ::1\n", 1, "outbound_resolvers", "IPv4 addresses");
+  expect_error("outbound_subnet = 100.88.0.1/16\n", 1, "outbound_subnet", "host bits");
+  expect_error("outbound_subnet = 100.88.0.0/30\n", 1, "outbound_subnet", "/8 to /29");
+  expect_error("outbound_subnet = nope\n", 1, "outbound_subnet", "not an IPv4 address");
+}
+
 }  // namespace
 }  // namespace motor::runner
