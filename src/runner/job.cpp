@@ -304,6 +304,11 @@ void Job::kill_for_shutdown() { cancel(); }
 
 void Job::kill_tree(const char* why) {
   if (state_ != State::kRunning) return;
+  if (vm_) {  // a VM job: the VM is destroyed, nothing of it outlives the job
+    if (why && !killed_) killed_ = why;
+    vm_->kill(why ? why : "cancel");
+    return;
+  }
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;
   if (auto s = cgroup_->kill_all(); !s) {

@@ -18,6 +18,7 @@
 #include "runner/sha256.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawn.hpp"
+#include "vm/vm_job.hpp"
 
 namespace motor::runner {
 
@@ -38,7 +39,7 @@ struct JobLaunch {
   std::string platform = "linux";
 };
 
-class Job {
+class Job : private vm::VmJobSink {
  public:
   enum class State { kQueued, kRunning, kFinished };
 
@@ -46,6 +47,7 @@ class Job {
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
+  bool is_vm() const { return vm_ != nullptr; }
 
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
@@ -53,6 +55,9 @@ class Job {
   // Creates the cgroup, starts the process and watches it. On error nothing is left but the
   // job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks);
+  // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM and reports
+  // back through the VmJobSink methods; output becomes ordinary output records.
+  Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
@@ -109,6 +114,12 @@ class Job {
     char buf[64 * 1024];
   };
 
+  // vm::VmJobSink (job_vm.cpp)
+  void vm_command_started() override;
+  void vm_output(bool is_stderr, std::string_view text) override;
+  void vm_finished(const vm::VmOutcome& outcome) override;
+  void vm_log(const std::string& line) override;
+
   void start_reading(OutputPipe& out);
   void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
@@ -162,6 +173,7 @@ class Job {
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
   reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
   std::unique_ptr<OutputPipe> stdout_, stderr_;
+  std::unique_ptr<vm::VmJob> vm_;
   std::vector<Follower> followers_;
   std::string scratch_;
 };

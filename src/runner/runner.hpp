@@ -24,6 +24,7 @@
 #include "runner/notify.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
+#include "runner/vm_host.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 
@@ -124,6 +125,8 @@ class Runner {
   void expire_histories();
   std::vector<std::function<void()>> after_save_;
   StateWriter state_writer_;
+  std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
+  bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
   bool draining_ = false;

@@ -56,6 +56,7 @@ struct SandboxConfig {
   std::string user_name = "motor-job";
   std::string group_name = "motor-job";
   std::string init_path;              // host path of the motor-init executable
+  bool deny_sockets = false;          // seccomp also refuses socket/socketpair (file-only helpers)
 };
 
 struct SandboxPlan {

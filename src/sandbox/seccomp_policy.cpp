@@ -153,7 +153,7 @@ Status add_entry(scmp_filter_ctx ctx, const SeccompEntry& entry) {
 
 std::span<const SeccompEntry> seccomp_policy_table() { return kTable; }
 
-Expected<SeccompProgram> compile_seccomp_policy() {
+Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets) {
   std::unique_ptr<void, CtxDeleter> ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return make_error("sandbox", "seccomp: seccomp_init failed");
   // Only the native ABI is in the filter; any other (i386 through int 0x80, x32 numbers with
@@ -164,6 +164,12 @@ Expected<SeccompProgram> compile_seccomp_policy() {
   if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0); rc < 0) return seccomp_error("nnp attr", rc);
   for (const SeccompEntry& entry : kTable) {
     if (auto st = add_entry(ctx.get(), entry); !st) return st.error();
+  }
+  if (deny_sockets) {
+    for (const SeccompEntry& entry : {SeccompEntry{"socket", 41, R::kDeny, "file-only helper: no sockets"},
+                                      SeccompEntry{"socketpair", 53, R::kDeny, "file-only helper: no sockets"}}) {
+      if (auto st = add_entry(ctx.get(), entry); !st) return st.error();
+    }
   }
 
   UniqueFd mem(memfd_create("motor-seccomp", MFD_CLOEXEC));

@@ -82,8 +82,10 @@ Expected<simdjson::dom::element> parse_reply(simdjson::dom::parser& parser, std:
 
 }  // namespace
 
+// No 0xFF is sent first: qemu-ga answers a stray 0xFF with an error reply of its own, which would
+// break one-reply-per-request; each VM is fresh, so its agent's parser holds nothing stale.
 std::string qga_sync_delimited(int64_t id) {
-  return "\xff" + command("guest-sync-delimited", "{\"id\":" + std::to_string(id) + "}");
+  return command("guest-sync-delimited", "{\"id\":" + std::to_string(id) + "}");
 }
 
 std::string qga_exec(const std::string& path, const std::vector<std::string>& args, const std::vector<std::string>& env) {

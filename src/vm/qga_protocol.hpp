@@ -35,7 +35,7 @@ class QgaFramer {
   bool in_string_ = false, escape_ = false;
 };
 
-// Requests, each one line. sync_delimited starts with 0xFF, which resets the agent's parser.
+// Requests, each one line.
 std::string qga_sync_delimited(int64_t id);
 std::string qga_exec(const std::string& path, const std::vector<std::string>& args, const std::vector<std::string>& env);
 std::string qga_exec_status(int64_t pid);

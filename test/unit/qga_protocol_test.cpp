@@ -49,7 +49,7 @@ TEST(QgaFramer, RefusesBytesOutsideAnObject) {
 }
 
 TEST(QgaRequests, AreOneJsonLineEach) {
-  EXPECT_EQ(motor::vm::qga_sync_delimited(5), "\xff{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":5}}\n");
+  EXPECT_EQ(motor::vm::qga_sync_delimited(5), "{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":5}}\n");
   EXPECT_EQ(motor::vm::qga_exec("/motor/run", {"a\"b", "c"}, {"X=1"}),
             "{\"execute\":\"guest-exec\",\"arguments\":{\"path\":\"/motor/run\",\"arg\":[\"a\\\"b\",\"c\"],"
             "\"env\":[\"X=1\"],\"capture-output\":false}}\n");
