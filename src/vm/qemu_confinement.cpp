@@ -162,7 +162,7 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
   if (!limit_text) return make_error("vm", "QEMU's memory limit cannot be read (" + limit_text.error().message + "): refusing to run it unlimited");
   const long long limit = std::atoll(limit_text->c_str());
   if (limit <= 0 || limit > spec.hard_limit_bytes) {
-    return make_error("vm", "QEMU's memory cgroup limit is " + *limit_text + " bytes, not the hard limit of " + std::to_string(spec.hard_limit_bytes));
+    return make_error("vm", "QEMU's memory cgroup limit is " + std::to_string(limit) + " bytes, not the hard limit of " + std::to_string(spec.hard_limit_bytes));
   }
 
   // Pids: a cgroup of our own in the v1 pids hierarchy (QEMU's other hierarchies stay libvirt's).
