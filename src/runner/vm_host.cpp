@@ -160,13 +160,11 @@ void VmHost::recover_leftovers() {
   for (const auto& name : names) {
     const std::string dir = config_.vm_dir + "/" + name;
     log_warning("VM job {} was left running by an earlier runner: destroying its domain", name);
-    auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name}, 120000,
-                                      [this, name, dir](Expected<std::string> r) {
+    auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
+                                      [this, name](Expected<std::string> r) {
                                         if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
-                                        std::error_code ec;
-                                        std::filesystem::remove_all(dir, ec);
                                         rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "/vm-" + name).c_str());
-                                        recovery_.erase(name);
+                                        recovery_.erase(name);  // destroys this call: nothing runs after it
                                       });
     if (call) recovery_[name] = std::move(*call);
   }

@@ -120,9 +120,10 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
 DiskTool::~DiskTool() {
   if (cgroup_) {
     (void)cgroup_->kill_all();
-    // The tool is killed; its cgroup is removed once empty (a few ms), by the runner's recovery
-    // at the latest.
-    for (int i = 0; i < 200; ++i) {
+    // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
+    // a few ms. Waited for at most 20 ms here; a cgroup still busy then is removed by the
+    // runner's recovery at its next start (it is named in state.json).
+    for (int i = 0; i < 20; ++i) {
       auto populated = cgroup_->populated();
       if (!populated || !*populated) break;
       usleep(1000);

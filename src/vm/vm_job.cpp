@@ -388,7 +388,7 @@ void VmJob::teardown() {
     uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* hh) { delete reinterpret_cast<uv_timer_t*>(hh); });
   }, 0, 0);
   if (!domain_may_exist) return cleanup();
-  auto call = HelperCall::start(loop_, spec_.helper_path, {"destroy", spec_.libvirt_uri, spec_.domain_name}, 120000,
+  auto call = HelperCall::start(loop_, spec_.helper_path, {"destroy", spec_.libvirt_uri, spec_.domain_name, spec_.work_dir}, 120000,
                                 [this](Expected<std::string> r) { destroyed(r ? Status{} : Status(r.error())); });
   if (!call) return destroyed(call.error());
   helper_ = std::move(*call);
@@ -427,8 +427,10 @@ void VmJob::cleanup() {
   qemu_poll_.close();
   qemu_pidfd_.reset();
   if (auto s = remove_pids_cgroup(confinement_.pids_cgroup_dir); !s) sink_.vm_log(s.error().message);
-  {
-    reactor::SlowCall timed("deleting a VM job's overlay");
+  // Normally motor-vm-helper deleted the directory after the destroy; what is left here (a job
+  // that ended before its domain existed, a failed destroy) is small.
+  if (struct stat st {}; lstat(spec_.work_dir.c_str(), &st) == 0) {
+    reactor::SlowCall timed("deleting a VM job's directory");
     std::error_code ec;
     std::filesystem::remove_all(spec_.work_dir, ec);
     if (ec) sink_.vm_log("deleting " + spec_.work_dir + ": " + ec.message());

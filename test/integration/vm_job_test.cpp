@@ -235,3 +235,33 @@ TEST_F(VmJobs, EmulationIsRefusedUnlessAllowed) {
 
 }  // namespace
 }  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+TEST_F(VmJobs, ARestartedRunnerDestroysTheVmOfADeadOne) {
+  start_runner();
+  RawClient c(runner_->socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"echo up; sleep 600","platform":"windows","memory":"256M"}})"));
+  std::string job_id;
+  while (auto f = c.read_frame(std::chrono::milliseconds(240000))) {
+    if (json_field(*f, "/type") == "accepted") job_id = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output" || json_field(*f, "/type") == "terminal") break;
+  }
+  ASSERT_EQ(processes_with("guest=motor-" + job_id).size(), 1u) << runner_->log();
+  runner_->kill9();
+  ASSERT_EQ(processes_with("guest=motor-" + job_id).size(), 1u) << "the VM outlives its runner until recovery";
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  for (int i = 0; i < 600 && !processes_with("guest=motor-" + job_id).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int i = 0; i < 100; ++i) {  // the helper deletes the directory right after the destroy
+    struct stat st {};
+    if (stat((runner_->dir() + "/vm/" + job_id).c_str(), &st) != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  expect_torn_down(*runner_, job_id);
+}
+
+}  // namespace
+}  // namespace motor::test

@@ -5,7 +5,9 @@
 //
 //   motor-vm-helper create  URI XML_FILE HARD_LIMIT_BYTES   -> "ok PID"  (domain left paused)
 //   motor-vm-helper resume  URI NAME                        -> "ok"
-//   motor-vm-helper destroy URI NAME                        -> "ok" (also when it is already gone)
+//   motor-vm-helper destroy URI NAME [WORK_DIR]             -> "ok" (also when it is already gone);
+//                                                              then deletes WORK_DIR (the overlay:
+//                                                              a big unlink must not stall the loop)
 //
 // One line on stdout; exit 0 on success, 1 with "error MESSAGE" otherwise.
 #include <libvirt/libvirt.h>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -87,21 +90,18 @@ int resume(virConnectPtr conn, const char* name) {
   return 0;
 }
 
-int destroy(virConnectPtr conn, const char* name) {
+// virDomainDestroy returns once QEMU is gone (SIGTERM, then SIGKILL): its files may go after it.
+int destroy(virConnectPtr conn, const char* name, const char* work_dir) {
   Dom dom{virDomainLookupByName(conn, name)};
-  if (!dom.d) {
-    if (virGetLastErrorCode() == VIR_ERR_NO_DOMAIN) {
-      std::printf("ok\n");
-      return 0;
-    }
-    return fail("looking up the domain");
-  }
-  if (virDomainDestroy(dom.d) != 0) {
-    if (virGetLastErrorCode() == VIR_ERR_NO_DOMAIN || virGetLastErrorCode() == VIR_ERR_OPERATION_INVALID) {
-      std::printf("ok\n");
-      return 0;
-    }
+  if (!dom.d && virGetLastErrorCode() != VIR_ERR_NO_DOMAIN) return fail("looking up the domain");
+  if (dom.d && virDomainDestroy(dom.d) != 0 && virGetLastErrorCode() != VIR_ERR_NO_DOMAIN &&
+      virGetLastErrorCode() != VIR_ERR_OPERATION_INVALID) {
     return fail("destroying the domain");
+  }
+  if (work_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(work_dir, ec);
+    if (ec) return fail(std::string("deleting ") + work_dir + ": " + ec.message());
   }
   std::printf("ok\n");
   return 0;
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   if (!conn.c) return fail(std::string("connecting to ") + argv[2]);
   if (op == "create" && argc == 5) return create(conn.c, argv[3], argv[4]);
   if (op == "resume" && argc == 4) return resume(conn.c, argv[3]);
-  if (op == "destroy" && argc == 4) return destroy(conn.c, argv[3]);
+  if (op == "destroy" && (argc == 4 || argc == 5)) return destroy(conn.c, argv[3], argc == 5 ? argv[4] : nullptr);
   std::printf("error usage: motor-vm-helper create|resume|destroy URI ARGS...\n");
   return 2;
 }
