@@ -351,7 +351,7 @@ void Job::maybe_finish() {
   finish();
 }
 
-void Job::finish() {
+protocol::TerminalRecord Job::started_terminal() const {
   protocol::TerminalRecord t;
   t.job_id = id_;
   t.platform = platform_;
@@ -361,6 +361,11 @@ void Job::finish() {
   t.queue_wait_ms = queue_wait_ms_;
   t.cpus = cpus_.list();
   t.cpus_shared = cpus_.overlapping;
+  return t;
+}
+
+void Job::finish() {
+  protocol::TerminalRecord t = started_terminal();
   t.oom_killed = cgroup_->oom_killed();
   const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
   if (refused) {

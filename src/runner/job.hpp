@@ -130,6 +130,8 @@ class Job : private vm::VmJobSink {
   void check_empty();
   void maybe_finish();
   void finish();
+  // The terminal record's fields every job that started has (outcome left to the caller).
+  protocol::TerminalRecord started_terminal() const;
   void append_record(const std::string& json);
   void pump(Follower& f);
   void pump_all();

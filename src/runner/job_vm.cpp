@@ -72,14 +72,8 @@ void Job::vm_output(bool is_stderr, std::string_view text) {
 void Job::vm_log(const std::string& line) { log_job(id_, "{}", line); }
 
 void Job::vm_finished(const vm::VmOutcome& o) {
-  protocol::TerminalRecord t;
-  t.job_id = id_;
-  t.platform = platform_;
-  t.network = network_;
-  t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
-  t.queue_wait_ms = queue_wait_ms_;
-  t.cpus = cpus_.list();
-  t.cpus_shared = cpus_.overlapping;
+  protocol::TerminalRecord t = started_terminal();
+  t.killed.reset();  // set below for a kill
   t.ran = "remote";
   using K = vm::VmOutcome::Kind;
   switch (o.kind) {

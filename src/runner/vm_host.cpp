@@ -163,7 +163,7 @@ void VmHost::recover_leftovers() {
     auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
                                       [this, name](Expected<std::string> r) {
                                         if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
-                                        rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "/vm-" + name).c_str());
+                                        rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name).c_str());
                                         recovery_.erase(name);  // destroys this call: nothing runs after it
                                       });
     if (call) recovery_[name] = std::move(*call);
@@ -206,7 +206,9 @@ vm::VmJobSpec VmHost::job_spec(const std::string& job_id, const std::string& cal
   s.pids_max = std::min<int64_t>(config_.pids_max, 1024);
   s.qemu_account = qemu_account_;
   s.tool_account = job_account;
-  s.pids_cgroup = config_.cgroup_parent + "/vm-" + job_id;
+  // Not below cgroup_parent: that holds job cgroups in every hierarchy, which a restarted runner
+  // kills and removes; QEMU's pids cgroup is in the pids hierarchy only.
+  s.pids_cgroup = config_.cgroup_parent + "-vm/" + job_id;
   s.disk_cgroup = "vmdisk-" + job_id;
   s.guest_runner = config_.vm_guest_runner;
   s.argv = argv;

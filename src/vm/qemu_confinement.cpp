@@ -170,6 +170,8 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
   struct stat st {};
   if (stat(pids_root.c_str(), &st) == 0) {
     c.pids_cgroup_dir = pids_root + "/" + spec.pids_cgroup;
+    const std::string parent = c.pids_cgroup_dir.substr(0, c.pids_cgroup_dir.rfind('/'));
+    if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
     if (mkdir(c.pids_cgroup_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + c.pids_cgroup_dir);
     if (auto s = write_text(c.pids_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
       (void)remove_pids_cgroup(c.pids_cgroup_dir);

@@ -27,7 +27,7 @@ struct QemuConfinementSpec {
   int64_t hard_limit_bytes = 0;
   int64_t pids_max = 0;
   std::string cgroup_root = "/sys/fs/cgroup";
-  std::string pids_cgroup;  // relative to the pids hierarchy: "<runner parent>/vm-<job>"
+  std::string pids_cgroup;  // relative to the pids hierarchy: "<runner parent>-vm/<job>" (parent made if missing)
 };
 
 struct QemuConfinement {

@@ -52,7 +52,7 @@ struct VmJobSpec {
   int64_t pids_max = 256;
   sandbox::Account qemu_account;  // motor-qemu
   sandbox::Account tool_account;  // reads transfer_source for mke2fs (the job account)
-  std::string pids_cgroup;        // "<parent>/vm-<job id>" in the pids hierarchy
+  std::string pids_cgroup;        // "<parent>-vm/<job id>" in the pids hierarchy
   std::string disk_cgroup;        // cgroup name (under the runner's parent) for the disk tools
   // The command, through the guest runner: RUNNER STDOUT_FILE STDERR_FILE ARGV...
   std::string guest_runner = "/motor/run";

@@ -50,6 +50,18 @@ int on_lifecycle(virConnectPtr, virDomainPtr, int event, int, void* opaque) {
   return 0;
 }
 
+// Deregisters and closes; the free callback runs later from the loop, and nothing stays registered.
+void close_and_expect_nothing_left(virConnectPtr conn, int cb_id, Events& events,
+                                   const motor::reactor::LibvirtLoopCounts& before) {
+  ASSERT_EQ(virConnectDomainEventDeregisterAny(conn, cb_id), 0);
+  virConnectClose(conn);
+  ASSERT_TRUE(run_until([&] { return events.freed; }, 2000));
+  ASSERT_TRUE(run_until([&] { return motor::reactor::libvirt_loop_counts().pending_frees == 0; }, 2000));
+  const auto after = motor::reactor::libvirt_loop_counts();
+  EXPECT_EQ(after.handles, before.handles);
+  EXPECT_EQ(after.timeouts, before.timeouts);
+}
+
 TEST(LibvirtLoop, TestDriverDeliversDomainEventsThroughLibuvAndFreesLater) {
   loop();
   const auto before = motor::reactor::libvirt_loop_counts();
@@ -69,15 +81,9 @@ TEST(LibvirtLoop, TestDriverDeliversDomainEventsThroughLibuvAndFreesLater) {
   EXPECT_EQ(events.last_event, VIR_DOMAIN_EVENT_STOPPED);
   EXPECT_GT(motor::reactor::libvirt_loop_counts().timeout_dispatches, before.timeout_dispatches);
 
-  ASSERT_EQ(virConnectDomainEventDeregisterAny(conn, cb_id), 0);
   virDomainFree(dom);
-  virConnectClose(conn);
   // The free callback is libvirt's to run from a clean stack: at the latest once the loop ran.
-  ASSERT_TRUE(run_until([&] { return events.freed; }, 2000));
-  ASSERT_TRUE(run_until([&] { return motor::reactor::libvirt_loop_counts().pending_frees == 0; }, 2000));
-  const auto after = motor::reactor::libvirt_loop_counts();
-  EXPECT_EQ(after.handles, before.handles);
-  EXPECT_EQ(after.timeouts, before.timeouts);
+  close_and_expect_nothing_left(conn, cb_id, events, before);
 }
 
 TEST(LibvirtLoop, RegisteringAnotherLoopIsRefused) {
@@ -120,13 +126,7 @@ TEST(LibvirtLoop, QemuSystemConnectionKeepsAliveOnTheLoop) {
   free(caps);
   std::printf("[ libvirt ] virConnectOpen(qemu:///system) %llu us, one RPC (GetHostname) %llu us\n",
               static_cast<unsigned long long>(open_us), static_cast<unsigned long long>(call_us));
-  ASSERT_EQ(virConnectDomainEventDeregisterAny(conn, cb_id), 0);
-  virConnectClose(conn);
-  ASSERT_TRUE(run_until([&] { return events.freed; }, 2000));
-  ASSERT_TRUE(run_until([&] { return motor::reactor::libvirt_loop_counts().pending_frees == 0; }, 2000));
-  const auto after = motor::reactor::libvirt_loop_counts();
-  EXPECT_EQ(after.handles, before.handles);
-  EXPECT_EQ(after.timeouts, before.timeouts);
+  close_and_expect_nothing_left(conn, cb_id, events, before);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "protocol/base64.hpp"
@@ -82,6 +83,17 @@ class VmJobs : public ::testing::Test {
       run_program({runner_helper(), "destroy", "qemu:///system", name});
       for (pid_t p : processes_with("guest=" + name)) kill(p, SIGKILL);
     }
+    // QEMU's pids cgroups live beside the runner's cgroup parent, in the pids hierarchy only.
+    const std::string pids_parent = "/sys/fs/cgroup/pids/" + runner_->cgroup_parent() + "-vm";
+    for (const auto& e : std::filesystem::directory_iterator(pids_parent, ec)) {
+      if (!e.is_directory()) continue;
+      for (int i = 0; i < 300 && rmdir(e.path().c_str()) < 0 && errno == EBUSY; ++i) {
+        std::istringstream procs(read_file(e.path().string() + "/cgroup.procs"));
+        for (pid_t p; procs >> p;) kill(p, SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    rmdir(pids_parent.c_str());
     runner_.reset();
   }
   static std::string runner_helper() {
@@ -96,7 +108,7 @@ void expect_torn_down(const RunnerProcess& runner, const std::string& job_id) {
   EXPECT_TRUE(processes_with("guest=motor-" + job_id).empty()) << "a QEMU process outlived the job";
   struct stat st {};
   EXPECT_NE(stat((runner.dir() + "/vm/" + job_id).c_str(), &st), 0) << "the job's overlay directory is still there";
-  EXPECT_NE(stat(("/sys/fs/cgroup/pids/" + runner.cgroup_parent() + "/vm-" + job_id).c_str(), &st), 0);
+  EXPECT_NE(stat(("/sys/fs/cgroup/pids/" + runner.cgroup_parent() + "-vm/" + job_id).c_str(), &st), 0);
 }
 
 TEST_F(VmJobs, OutputExitCodeOnlyLoAndWhatPersists) {
@@ -160,7 +172,7 @@ TEST_F(VmJobs, QemuIsConfinedAndCancelLeavesNothing) {
   const std::string mem = "/sys/fs/cgroup/memory" + vm::cgroup_path_of(cgroups, "memory");
   EXPECT_EQ(read_file(mem + "/memory.limit_in_bytes"), std::to_string((256 + 256) << 20) + "\n");
   const std::string pids = vm::cgroup_path_of(cgroups, "pids");
-  EXPECT_EQ(pids, "/" + runner_->cgroup_parent() + "/vm-" + job_id);
+  EXPECT_EQ(pids, "/" + runner_->cgroup_parent() + "-vm/" + job_id);
   EXPECT_EQ(read_file("/sys/fs/cgroup/pids" + pids + "/pids.max"), "1024\n");
 
   ASSERT_TRUE(c.send_frame("{\"id\":2,\"method\":\"exec.cancel\",\"params\":{\"job_id\":\"" + job_id + "\"}}"));
