@@ -16,7 +16,36 @@ namespace motor {
 
 // Every control a test may weaken, by the name `--test-weaken=NAME` takes. One entry per control;
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
-inline constexpr std::array<std::string_view, 0> kWeakenableControls = {};
+// docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
+// it turns GOT THROUGH.
+inline constexpr std::array<std::string_view, 26> kWeakenableControls = {
+    "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
+    "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
+    "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
+    "readonly-caches",     // runner.cpp: shared caches bound writable
+    "no-sys",              // sandbox_plan.cpp: the host's /sys bound into the job
+    "fresh-proc",          // proc.cpp: the host's /proc bound instead of a fresh one
+    "pid-namespace",       // namespaces.cpp: no CLONE_NEWPID
+    "network-namespace",   // namespaces.cpp: no CLONE_NEWNET
+    "uts-namespace",       // namespaces.cpp: no CLONE_NEWUTS (and so no hostname is set)
+    "cgroup-namespace",    // namespaces.cpp: no CLONE_NEWCGROUP
+    "ipc-namespace",       // namespaces.cpp: no CLONE_NEWIPC
+    "capabilities",        // capabilities.cpp: bounding set kept, sets not emptied
+    "no-new-privs",        // capabilities.cpp: no PR_SET_NO_NEW_PRIVS (seccomp loaded as root)
+    "nosuid",              // sandbox_plan.cpp: the workspace bound without nosuid
+    "job-account",         // spawn.cpp: no switch to the job account (uid 0, no capabilities)
+    "seccomp",             // sandbox_plan.cpp: no filter loaded
+    "seccomp-keyring",     // seccomp_policy.cpp: the filter without add_key/request_key/keyctl
+    "seccomp-ptrace",      // seccomp_policy.cpp: ... without ptrace, process_vm_*, pidfd_getfd
+    "seccomp-namespaces",  // seccomp_policy.cpp: ... without unshare/setns/clone flags/clone3
+    "seccomp-mount",       // seccomp_policy.cpp: ... without the mount calls
+    "seccomp-tiocsti",     // seccomp_policy.cpp: ... without the ioctl rule
+    "env-filter",          // env_filter.cpp: every requested variable forwarded
+    "memory-limit",        // job.cpp: no memory limit on the job's cgroup
+    "pids-limit",          // job.cpp: no pids limit on the job's cgroup
+    "cpuset",              // job.cpp: the cpuset is the parent's, not the claim
+    "cgroup-kill",         // job.cpp: a deadline or exit kills only the main process, not the cgroup
+};
 
 struct TestSwitches {
   std::vector<std::string> weakened;              // --test-weaken=NAME (repeatable)

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/msg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -462,13 +464,6 @@ Attack env_canaries() {
     const std::vector<std::pair<std::string, std::string>> canaries = {
         {"GH_TOKEN", "gate-canary-gh-" + m}, {"API_KEY", "gate-canary-api-" + m}, {"MY_SECRET_VALUE", "gate-canary-secret-" + m}};
     const std::string forwarded = "gate-forwarded-" + m;
-    if (env.plant_leak) {
-      // --self-test-plant-leak: the gate itself leaves a canary where the job can read it, so the
-      // judge must say GOT THROUGH (proves the judge looks, docs/server-gate.md).
-      const std::string leak = env.workspace + "/gate-self-test-leak.txt";
-      std::ofstream(leak) << canaries[0].first << "=" << canaries[0].second << "\n";
-      chmod(leak.c_str(), 0644);
-    }
     auto rq = python_job(env, "", R"PY(srcs = [('environment', '\n'.join('%s=%s' % kv for kv in os.environ.items()))]
 for p in ('/proc/1/environ', '/proc/self/environ'):
     try:
@@ -813,6 +808,56 @@ T('link /etc/passwd', lambda: os.link('/etc/passwd', '/workspace/gate-hl-3-' + M
   return a;
 }
 
+Attack write_caches() {
+  Attack a;
+  a.id = "write-caches";
+  a.control = "shared caches bound read-only";
+  a.description = "create a file in each shared cache (cache_paths)";
+  a.needs = "shared caches configured";
+  // A config without cache_paths gives no job a cache to write: a host-level skip.
+  const Verdict no_caches{Result::kSkipped, "no shared caches configured", true};
+  a.skip = [no_caches](const AttackEnv& env) {
+    return env.config->cache_paths.empty() ? std::optional<Verdict>(no_caches) : std::nullopt;
+  };
+  a.run = [](AttackEnv& env) {
+    const std::string name = "gate-cache-probe-" + env.new_marker();
+    std::string list = "CACHES = [";
+    for (const auto& c : env.config->cache_paths) list += py(c) + ", ";
+    list += "]\nNAME = " + py(name) + "\n";
+    auto r = run(env, python_job(env, list, R"PY(for c in CACHES:
+    T('create in ' + c, lambda c=c: W(c + '/' + NAME, True))
+)PY"));
+    std::vector<std::string> appeared;
+    for (const auto& c : env.config->cache_paths) {
+      std::error_code ec;
+      if (fs::remove(c + "/" + name, ec)) appeared.push_back(c + "/" + name);
+    }
+    if (!appeared.empty()) return through(fmt::format("the job created {} on the host (removed)", fmt::join(appeared, ", ")));
+    std::vector<Expect> ex;
+    for (const auto& c : env.config->cache_paths) ex.push_back({"create in " + c, {"EROFS"}});
+    return judge_lines(r, ex);
+  };
+  return a;
+}
+
+Attack sysv_ipc() {
+  Attack a;
+  a.id = "sysv-ipc";
+  a.control = "own IPC namespace";
+  a.description = "open a SysV message queue the gate made on the host (world-writable)";
+  a.skip = need_x86_64;
+  a.run = [](AttackEnv& env) {
+    // A key of our own, the queue 0666 so that only the namespace can keep the job from it.
+    const key_t key = static_cast<key_t>(0x6d740000 | (std::atoi(env.new_marker().c_str() + 6) & 0xffff));
+    const int queue = msgget(key, IPC_CREAT | IPC_EXCL | 0666);
+    if (queue < 0) return inconclusive(fmt::format("could not make a message queue with key {:#x}: {}", key, std::strerror(errno)));
+    auto r = run(env, python_job(env, fmt::format("KEY = {}\n", key), "T('msgget the host queue', lambda: SC(68, KEY, 0))\n"));
+    msgctl(queue, IPC_RMID, nullptr);
+    return judge_lines(r, {{"msgget the host queue", {"ENOENT"}}});
+  };
+  return a;
+}
+
 Attack hostname() {
   Attack a;
   a.id = "hostname";
@@ -1025,19 +1070,7 @@ T('stat the socket', lambda: os.stat(SOCK) and None)
   out.push_back(dotdot());
   out.push_back(symlink_out());
   out.push_back(hardlink());
-  {
-    Attack a;
-    a.id = "write-caches";
-    a.control = "shared caches bound read-only";
-    a.description = "write the shared caches";
-    a.needs = "shared caches configured";
-    a.skip = [](const AttackEnv&) -> std::optional<Verdict> {
-      // The runner config has no shared cache paths yet (src/cache/ is empty): no job sees one.
-      return Verdict{Result::kSkipped, "no shared caches configured", true};
-    };
-    a.run = [](AttackEnv&) { return Verdict{Result::kSkipped, "no shared caches configured", true}; };
-    out.push_back(std::move(a));
-  }
+  out.push_back(write_caches());
   // --- devices, processes, network ----------------------------------------------------------------
   out.push_back(probe_attack("mknod", "no capabilities (CAP_MKNOD); nodev mounts", "create a device node (/dev/mem's 1:1)",
                              nullptr,
@@ -1110,7 +1143,13 @@ T('udp 192.0.2.1:53', udp)
   {
     Attack a = probe_attack("ptrace-init", "seccomp: ptrace and process_vm_* refused", "ptrace the job's own init (PID 1)",
                             nullptr,
-                            "T('PTRACE_ATTACH 1', lambda: SC(101, 16, 1, 0, 0))\n"
+                            // An attach that works stops PID 1: wait for the stop and detach, or the
+                            // job would hang until its timeout.
+                            "def attach():\n"
+                            "    SC(101, 16, 1, 0, 0)\n"
+                            "    os.waitpid(1, 0x40000000)\n"
+                            "    SC(101, 17, 1, 0, 0)\n"
+                            "T('PTRACE_ATTACH 1', attach)\n"
                             "T('PTRACE_SEIZE 1', lambda: SC(101, 0x4206, 1, 0, 0))\n"
                             "T('process_vm_readv 1', lambda: SC(310, 1, 0, 0, 0, 0, 0))\n",
                             {{"PTRACE_ATTACH 1", {"EPERM"}}, {"PTRACE_SEIZE 1", {"EPERM"}}, {"process_vm_readv 1", {"EPERM"}}});
@@ -1151,6 +1190,7 @@ T('udp 192.0.2.1:53', udp)
   out.push_back(tiocsti());
   // --- the kernel's knobs -------------------------------------------------------------------------
   out.push_back(hostname());
+  out.push_back(sysv_ipc());
   out.push_back(probe_attack("write-proc-sys", "no root in the job (procfs permissions); no capabilities",
                              "open /proc/sys files and /proc/sysrq-trigger for writing", nullptr,
                              R"PY(for p in ('/proc/sys/kernel/hostname', '/proc/sys/kernel/core_pattern', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger'):

@@ -61,7 +61,6 @@ struct AttackEnv {
   std::string host_marker;     // digits in the command line of a host process the gate started
   uid_t job_uid = 0;
   std::string host_hostname;
-  bool plant_leak = false;     // --self-test-plant-leak
 
   RunJob run_job;                                            // as the gate's own caller ("root")
   std::function<JobResult(const JobRequest&, int)> run_job_as_other;  // through `connect --caller gate-other`

@@ -27,6 +27,7 @@
 #include "gate/attacks.hpp"
 #include "gate/gate_client.hpp"
 #include "gate/host_checks.hpp"
+#include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "protocol/json_writer.hpp"
 
@@ -201,6 +202,14 @@ struct GateRun {
 };
 
 Status start_runner(GateRun& g, const std::string& exe) {
+  // A test build's weakened controls (include/motor/test_switches.hpp) go to its runner: the
+  // runner applies them, the gate only says so. motor-runner has none.
+  std::vector<std::string> args = {"motor-runner", "serve", "--config", g.config_path, "--state-dir", g.state_dir,
+                                   "--socket", g.socket};
+  for (const auto& control : test_switches().weakened) args.push_back("--test-weaken=" + control);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return make_error("io", std::string("fork: ") + std::strerror(errno));
@@ -218,8 +227,7 @@ Status start_runner(GateRun& g, const std::string& exe) {
     unsetenv("JOURNAL_STREAM");
     unsetenv("LISTEN_FDS");
     unsetenv("LISTEN_PID");
-    execl(exe.c_str(), "motor-runner", "serve", "--config", g.config_path.c_str(), "--state-dir", g.state_dir.c_str(),
-          "--socket", g.socket.c_str(), static_cast<char*>(nullptr));
+    execv(exe.c_str(), argv.data());
     _exit(127);
   }
   g.runner = pid;
@@ -287,18 +295,33 @@ pid_t start_marker_process(const std::string& marker) {
 
 struct Summary {
   int stopped = 0, got_through = 0, skipped = 0, skipped_not_host = 0, inconclusive = 0, checks_failed = 0;
+  size_t attacks_run = 0, attacks_known = 0;
+  std::vector<std::string> weakened;  // test build only: controls its runner ran without
   std::string line() const {
     std::string s = fmt::format("{} stopped, {} got through, {} skipped", stopped, got_through, skipped);
     if (inconclusive) s += fmt::format(", {} inconclusive", inconclusive);
     if (checks_failed) s += fmt::format("; {} host check{} failed", checks_failed, checks_failed == 1 ? "" : "s");
+    if (attacks_run < attacks_known) s += fmt::format(" ({} of {} attacks run: --attack)", attacks_run, attacks_known);
+    if (!weakened.empty()) s += fmt::format("; TEST BUILD, WEAKENED: {}", fmt::join(weakened, ", "));
     return s;
   }
-  bool passed() const { return got_through == 0 && inconclusive == 0 && skipped_not_host == 0 && checks_failed == 0; }
+  // A runner with a weakened control never passes, whatever the attacks saw.
+  bool passed() const {
+    return got_through == 0 && inconclusive == 0 && skipped_not_host == 0 && checks_failed == 0 && weakened.empty();
+  }
 };
+
+std::string weakened_banner(const std::vector<std::string>& weakened) {
+  return fmt::format("TEST BUILD: this runner ran with weakened control{} {} (--test-weaken): not a real gate result, "
+                     "never use this build for jobs",
+                     weakened.size() == 1 ? "" : "s", fmt::join(weakened, ", "));
+}
 
 void print_table(const std::vector<HostCheck>& checks, const std::vector<AttackRecord>& attacks, const Summary& sum,
                  const std::string& config_origin, const std::string& fatal, const std::vector<std::string>& notes) {
-  fmt::print("motor-runner gate {} (config: {})\n\nHost checks\n", kVersion, config_origin);
+  fmt::print("motor-runner gate {} (config: {})\n", kVersion, config_origin);
+  if (!sum.weakened.empty()) fmt::print("\n!!! {} !!!\n", weakened_banner(sum.weakened));
+  fmt::print("\nHost checks\n");
   size_t w = 0;
   for (const auto& c : checks) w = std::max(w, c.name.size());
   for (const auto& c : checks) {
@@ -326,6 +349,7 @@ void print_table(const std::vector<HostCheck>& checks, const std::vector<AttackR
     }
   }
   for (const auto& n : notes) fmt::print("cleanup: {}\n", n);
+  if (!sum.weakened.empty()) fmt::print("\n!!! {} !!!\n", weakened_banner(sum.weakened));
   fmt::print("\n{}\n", sum.line());
 }
 
@@ -334,6 +358,10 @@ void print_json(const std::vector<HostCheck>& checks, const std::vector<AttackRe
   protocol::JsonWriter w;
   w.begin_object().field("gate", "motor-runner").field("version", kVersion).field("protocol", kProtocolVersion);
   w.field("config", config_origin);
+  w.key("weakened_controls").begin_array();
+  for (const auto& c : sum.weakened) w.string(c);
+  w.end_array();
+  if (!sum.weakened.empty()) w.field("warning", weakened_banner(sum.weakened));
   w.key("host_checks").begin_array();
   for (const auto& c : checks) {
     w.begin_object().field("name", c.name).field("status", check_status_name(c.status)).field("detail", c.detail);
@@ -357,12 +385,19 @@ void print_json(const std::vector<HostCheck>& checks, const std::vector<AttackRe
   w.key("summary").begin_object();
   w.field("stopped", sum.stopped).field("got_through", sum.got_through).field("skipped", sum.skipped);
   w.field("skipped_without_host_reason", sum.skipped_not_host).field("inconclusive", sum.inconclusive);
-  w.field("host_checks_failed", sum.checks_failed).field("line", sum.line()).field("passed", sum.passed());
+  w.field("host_checks_failed", sum.checks_failed).field("attacks_run", static_cast<int64_t>(sum.attacks_run));
+  w.field("line", sum.line()).field("passed", sum.passed());
   w.end_object().end_object();
   fmt::print("{}\n", w.str());
 }
 
 }  // namespace
+
+std::vector<std::string> attack_ids() {
+  std::vector<std::string> ids;
+  for (const auto& a : attack_catalogue()) ids.push_back(a.id);
+  return ids;
+}
 
 int run_gate(const runner::Config& config, const GateOptions& options) {
   struct sigaction sa {};
@@ -454,7 +489,6 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
       env.gate_dir = g.tmp_dir;
       env.cgroup_parent = g.cgroup_parent;
       env.runner_pid = g.runner;
-      env.plant_leak = options.self_test_plant_leak;
       env.workspace_key = fmt::format("gate-{}", getpid());
       env.workspace_root = effective.effective_workspace_root();
       env.workspace = env.workspace_root + "/root/" + env.workspace_key;
@@ -536,6 +570,10 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
 
     if (fatal.empty()) {
       for (auto& attack : attack_catalogue()) {
+        if (!options.attacks.empty() &&
+            std::find(options.attacks.begin(), options.attacks.end(), attack.id) == options.attacks.end()) {
+          continue;
+        }
         AttackRecord rec{attack.id, attack.control, attack.description, attack.needs, {}};
         int status = 0;
         if (interrupted()) {
@@ -561,6 +599,9 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
   }
 
   Summary sum;
+  sum.weakened = test_switches().weakened;
+  sum.attacks_run = records.size();
+  sum.attacks_known = options.attacks.empty() ? records.size() : attack_ids().size();
   for (const auto& c : checks) sum.checks_failed += c.status == CheckStatus::kFail;
   for (const auto& r : records) {
     switch (r.verdict.result) {

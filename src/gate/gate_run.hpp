@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runner/config.hpp"
 
@@ -17,11 +18,12 @@ struct GateOptions {
   std::optional<std::string> config_path;  // the --config the runner would get (nullopt: the embedded default)
   std::optional<std::string> state_dir;    // --state-dir: use this state directory instead of a temporary one
   bool json = false;
-  // Test-only (hidden): the gate itself plants a canary where the env-canary attack's job can read
-  // it, so that attack must report GOT THROUGH and the gate must fail. It weakens no control of
-  // the runner; it proves the judge looks (docs/server-gate.md, "Proving the gate can fail").
-  bool self_test_plant_leak = false;
+  // --attack ID[,ID]: run only these attacks (empty: every attack). Host checks always run.
+  std::vector<std::string> attacks;
 };
+
+// Every attack id of the catalogue, in the order the gate runs them.
+std::vector<std::string> attack_ids();
 
 // Returns the process exit code: 0 when every check passed, nothing got through, nothing was
 // inconclusive and nothing was skipped without a host-level reason; 1 otherwise; 2 when the gate

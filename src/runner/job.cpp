@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
 #include "runner/runner.hpp"
@@ -93,9 +94,10 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   platform_ = launch.platform;
   cgroup_name_ = "job-" + id_;
   sandbox::CgroupLimits limits;
-  limits.memory_bytes = launch.memory_bytes;
-  limits.pids_max = launch.pids_max;
-  limits.cpus = launch.cpus.list();
+  // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
+  limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch.memory_bytes;
+  limits.pids_max = control_weakened("pids-limit") ? 0 : launch.pids_max;
+  limits.cpus = control_weakened("cpuset") ? std::string() : launch.cpus.list();
   cpus_ = launch.cpus;
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
@@ -311,7 +313,9 @@ void Job::kill_tree(const char* why) {
   }
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;
-  if (auto s = cgroup_->kill_all(); !s) {
+  if (control_weakened("cgroup-kill")) {  // test build only: the main process alone is killed
+    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  } else if (auto s = cgroup_->kill_all(); !s) {
     log_job(id_, "killing the cgroup failed: {}; signalling the main process", s.error().message);
     if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
   }
@@ -324,7 +328,16 @@ void Job::check_empty() {
   if (!populated) {
     log_job(id_, "cannot read the cgroup's state: {}", populated.error().message);
   }
-  if (populated && !*populated) {
+  // Test build only ("cgroup-kill"): what the command left gets 500 ms to go, then the job ends
+  // without it (and without the output pipes it may still hold).
+  const bool give_up = control_weakened("cgroup-kill") && exited_ && ++leftover_polls_ > 100;
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (give_up && !p->eof) {
+      p->eof = true;
+      p->pipe.close();
+    }
+  }
+  if ((populated && !*populated) || give_up) {
     cgroup_empty_ = true;
     empty_poll_.close();
     maybe_finish();

@@ -167,6 +167,7 @@ class Job : private vm::VmJobSink {
   std::optional<std::string> killed_;  // "deadline" | "cancel"
   bool cancelled_ = false;
   bool kill_issued_ = false;
+  int leftover_polls_ = 0;  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   std::string terminal_json_;
 
   reactor::UvHandle<uv_poll_t> pidfd_poll_;

@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
@@ -23,7 +25,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   motor-runner serve [--config FILE] [--state-dir DIR] [--socket PATH]
   motor-runner connect [--caller NAME] [--config FILE] [--socket PATH]
-  motor-runner gate [--config FILE] [--state-dir DIR] [--json]
+  motor-runner gate [--config FILE] [--state-dir DIR] [--attack ID[,ID...]] [--json]
   motor-runner --version
 
 serve    runs the daemon on one event loop (as root); without --config it uses the embedded
@@ -32,14 +34,14 @@ connect  bridges stdin/stdout to the runner's socket, for an authorized_keys for
            command="motor-runner connect --caller alice" ssh-ed25519 ...
 gate     host checks, then attacks run as real jobs through a runner started with this config
          (temporary state directory and socket unless --state-dir); exit 0 only if every
-         control held (docs/server-gate.md).
+         control held (docs/server-gate.md). --attack runs only the named attacks.
 )";
 
 struct Options {
   std::string command;
   std::optional<std::string> config, state_dir, socket, caller;
   bool json = false;
-  bool self_test_plant_leak = false;  // gate, test-only (docs/server-gate.md)
+  std::vector<std::string> attacks;  // gate --attack
 };
 
 int usage_error(const std::string& message) {
@@ -103,7 +105,15 @@ int main(int argc, char** argv) {
     }
     bool ok = true;
     if (a == "--json") opt.json = true;
-    else if (a == "--self-test-plant-leak") opt.self_test_plant_leak = true;
+    else if (a.rfind("--attack", 0) == 0) {
+      std::optional<std::string> list;
+      ok = value(list);
+      for (size_t start = 0; ok && start <= list->size();) {
+        const size_t comma = std::min(list->find(',', start), list->size());
+        if (comma > start) opt.attacks.push_back(list->substr(start, comma - start));
+        start = comma + 1;
+      }
+    }
     else if (a.rfind("--test-", 0) == 0) {
       if (auto problem = take_test_flag(a); !problem.empty()) return usage_error(problem);
     }
@@ -129,10 +139,15 @@ int main(int argc, char** argv) {
     gate.config_path = opt.config;
     gate.state_dir = opt.state_dir;
     gate.json = opt.json;
-    gate.self_test_plant_leak = opt.self_test_plant_leak;
+    const auto known = motor::gate::attack_ids();
+    for (const auto& id : opt.attacks) {
+      if (std::find(known.begin(), known.end(), id) == known.end())
+        return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
+    }
+    gate.attacks = opt.attacks;
     return motor::gate::run_gate(*config, gate);
   }
-  if (opt.json || opt.self_test_plant_leak) return usage_error("--json is an option of gate");
+  if (opt.json || !opt.attacks.empty()) return usage_error("--json and --attack are options of gate");
   if (opt.state_dir) config->state_dir = *opt.state_dir;
   if (opt.socket) config->socket_path = *opt.socket;
 

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/env_filter.hpp"
@@ -726,7 +727,13 @@ void Runner::start_next() {
   box.init_path = init_path_;
   // Shared caches: read-only at their own paths. Sibling workspaces of the same caller:
   // read-only at /siblings/<key>.
-  for (const auto& cache : config_.cache_paths) box.read_only.push_back({cache, cache});
+  for (const auto& cache : config_.cache_paths) {
+    (motor::control_weakened("readonly-caches") ? box.writable : box.read_only).push_back({cache, cache});
+  }
+  if (motor::control_weakened("empty-root")) {
+    // Test build only: host paths the empty root keeps out, bound read-only as a leaky bind list would.
+    for (const std::string path : {"/root", "/etc/shadow", config_.state_dir.c_str()}) box.read_only.push_back({path, path});
+  }
   for (const auto& sibling : p.siblings) {
     if (auto s = workspace::validate_workspace_key(sibling); !s) return refuse("workspace_key_rejected", s.error().message);
     const std::string dir = config_.effective_workspace_root() + "/" + job.caller() + "/" + sibling;

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <fstream>
 
+#include "motor/test_switches.hpp"
+
 namespace motor::sandbox {
 
 Expected<CapabilityPlan> plan_capabilities() {
@@ -22,6 +24,7 @@ Expected<CapabilityPlan> plan_capabilities() {
 }
 
 int drop_bounding_set(const CapabilityPlan& plan, const char*& stage) {
+  if (control_weakened("capabilities")) return 0;  // test build only: securebits unset, bounding set full
   // SECBIT_KEEP_CAPS off and locked: the uid switch clears permitted/effective/ambient.
   // SECBIT_NO_SETUID_FIXUP off and locked: that clearing cannot be turned off.
   // SECBIT_NOROOT on and locked: uid 0 (a setuid-root binary) gains no capabilities at exec.
@@ -42,7 +45,23 @@ int drop_bounding_set(const CapabilityPlan& plan, const char*& stage) {
   return 0;
 }
 
+// Test build only: a weakened no_new_privs is neither set nor checked.
+int set_no_new_privs(const char*& stage) {
+  if (control_weakened("no-new-privs")) return 0;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    stage = "capabilities: PR_SET_NO_NEW_PRIVS";
+    return errno;
+  }
+  if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+    stage = "capabilities: no_new_privs did not stick";
+    return EPERM;
+  }
+  return 0;
+}
+
 int drop_all_capabilities(const CapabilityPlan& plan, const char*& stage) {
+  // Test build only: the sets are left as the uid switch left them (the bounding set full).
+  if (control_weakened("capabilities")) return set_no_new_privs(stage);
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
     stage = "capabilities: clear ambient set";
     return errno;
@@ -55,10 +74,7 @@ int drop_all_capabilities(const CapabilityPlan& plan, const char*& stage) {
     stage = "capabilities: capset to empty";
     return errno;
   }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    stage = "capabilities: PR_SET_NO_NEW_PRIVS";
-    return errno;
-  }
+  if (int err = set_no_new_privs(stage); err != 0) return err;
 
   // Verify: a flag is not evidence, and this is cheap.
   __user_cap_data_struct check[_LINUX_CAPABILITY_U32S_3] = {};
@@ -82,10 +98,6 @@ int drop_all_capabilities(const CapabilityPlan& plan, const char*& stage) {
       stage = "capabilities: ambient set is not empty";
       return EPERM;
     }
-  }
-  if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
-    stage = "capabilities: no_new_privs did not stick";
-    return EPERM;
   }
   return 0;
 }

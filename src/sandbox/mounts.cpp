@@ -12,6 +12,7 @@
 #include <cerrno>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 
 namespace motor::sandbox {
 namespace {
@@ -338,9 +339,10 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
     close(root);
     return err;
   }
-  // 6. The root itself (and so /etc and every mount point) is read-only.
+  // 6. The root itself (and so /etc and every mount point) is read-only (unless a test build
+  //    weakened exactly that).
   stage = "mounts: make / read-only";
-  const int err = set_read_only(root);
+  const int err = control_weakened("readonly-root") ? 0 : set_read_only(root);
   close(root);
   return err;
 }

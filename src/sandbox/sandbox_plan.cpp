@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "sandbox/capabilities.hpp"
 #include "sandbox/devices.hpp"
 #include "sandbox/fd_hygiene.hpp"
@@ -88,7 +89,9 @@ Status add_toolchain(MountPlan& plan, const ToolchainPath& entry) {
   }
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
     return make_error("config", what + " " + entry.path + " is neither a directory, a file nor a symlink");
-  plan.ops.push_back(bind_op(entry.path, entry.path, S_ISDIR(st.st_mode), kReadOnly, "bind toolchain " + entry.path));
+  // Test build only: a weakened toolchain bind is writable.
+  const uint64_t attrs = control_weakened("readonly-toolchain") ? kWritable : kReadOnly;
+  plan.ops.push_back(bind_op(entry.path, entry.path, S_ISDIR(st.st_mode), attrs, "bind toolchain " + entry.path));
   return {};
 }
 
@@ -161,7 +164,9 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   for (const ToolchainPath& entry : config.toolchain) {
     if (auto st = add_toolchain(mounts, entry); !st) return st.error();
   }
-  if (auto st = add_bind(mounts, config.workspace, kWritable, "workspace"); !st) return st.error();
+  // Test build only: "nosuid" leaves the workspace able to hold a working setuid binary.
+  const uint64_t workspace_attrs = control_weakened("nosuid") ? kWritable & ~uint64_t{MOUNT_ATTR_NOSUID} : kWritable;
+  if (auto st = add_bind(mounts, config.workspace, workspace_attrs, "workspace"); !st) return st.error();
   for (const BindMount& bind : config.writable) {
     if (auto st = add_bind(mounts, bind, kWritable, "writable path"); !st) return st.error();
   }
@@ -193,6 +198,7 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
                                      kWritable, false));
   plan_devices(mounts.ops, config.shm_size_bytes);
   plan_proc(mounts.ops);
+  if (control_weakened("no-sys")) mounts.ops.push_back(bind_op("/sys", "/sys", true, kWritable, "bind host /sys (test build)"));
   if (auto st = finish_mount_plan(mounts); !st) return st.error();
   return plan;
 }
@@ -209,16 +215,25 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
     state->saved_umask = umask(0);  // modes in the plan are exact
     if (int err = enter_namespaces(p.namespaces, stage); err != 0) return err;
     if (int err = apply_mounts(p.mounts, state->scratch, stage); err != 0) return err;
-    if (int err = apply_hostname(p.hostname, stage); err != 0) return err;
+    // Never outside a UTS namespace of the job's own (a test build can leave it out).
+    if (p.namespaces.clone_flags & CLONE_NEWUTS) {
+      if (int err = apply_hostname(p.hostname, stage); err != 0) return err;
+    }
     if (int err = bring_up_loopback(stage); err != 0) return err;
     if (int err = drop_bounding_set(p.capabilities, stage); err != 0) return err;
     umask(state->saved_umask);
+    // Test build only: without no_new_privs the filter can only be loaded while still root.
+    if (control_weakened("no-new-privs") && !control_weakened("seccomp")) {
+      stage = "seccomp: load filter";
+      return load_seccomp_program(p.seccomp);
+    }
     return 0;
   };
   hooks.after_credentials = [state](const char*& stage) -> int {
     const SandboxPlan& p = state->plan;
     if (int err = close_inherited_fds(stage); err != 0) return err;
     if (int err = drop_all_capabilities(p.capabilities, stage); err != 0) return err;
+    if (control_weakened("seccomp") || control_weakened("no-new-privs")) return 0;  // test build only
     stage = "seccomp: load filter";
     return load_seccomp_program(p.seccomp);  // last: it may refuse calls the steps above make
   };

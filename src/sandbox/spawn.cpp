@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 
 namespace motor::sandbox {
 namespace {
@@ -56,9 +57,11 @@ namespace {
     if (int err = spec.hooks->before_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
   if (chdir(spec.cwd.c_str()) < 0) child_fail(status_fd, "entering the working directory", errno);
-  if (setgroups(1, &spec.gid) < 0) child_fail(status_fd, "setgroups", errno);
-  if (setresgid(spec.gid, spec.gid, spec.gid) < 0) child_fail(status_fd, "setresgid", errno);
-  if (setresuid(spec.uid, spec.uid, spec.uid) < 0) child_fail(status_fd, "setresuid", errno);
+  if (!control_weakened("job-account")) {  // test build only: the job stays uid 0 (capabilities still go)
+    if (setgroups(1, &spec.gid) < 0) child_fail(status_fd, "setgroups", errno);
+    if (setresgid(spec.gid, spec.gid, spec.gid) < 0) child_fail(status_fd, "setresgid", errno);
+    if (setresuid(spec.uid, spec.uid, spec.uid) < 0) child_fail(status_fd, "setresuid", errno);
+  }
   if (spec.hooks && spec.hooks->after_credentials) {
     if (int err = spec.hooks->after_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
