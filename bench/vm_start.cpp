@@ -209,5 +209,8 @@ int main(int argc, char** argv) {
                return mx;
              }());
   runner.stop();
+  // QEMU's pids cgroups live under "<cgroup parent>-vm" in the pids hierarchy: the runner keeps
+  // that parent (as it keeps its own); the benchmark's is removed with it.
+  rmdir(("/sys/fs/cgroup/pids/" + runner.cgroup_parent() + "-vm").c_str());
   return 0;
 }
