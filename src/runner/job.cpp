@@ -1,6 +1,7 @@
 #include "runner/job.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,6 +28,10 @@ int64_t now_ms() {
 
 // How often a cgroup that is being killed is checked for emptiness.
 constexpr uint64_t kEmptyPollMs = 5;
+// After an OOM notification without a kill yet: how often, and how many times, the kill
+// counter is read again.
+constexpr uint64_t kOomRecheckMs = 10;
+constexpr int kOomRechecks = 50;
 // How often output held back by a full disk is offered to the log again.
 constexpr uint64_t kLogRetryMs = 1000;
 
@@ -87,7 +92,7 @@ std::unique_ptr<Job> Job::restore(Runner& runner, std::string id, std::string ca
   return job;
 }
 
-Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks) {
+Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box) {
   summary_ = launch.summary;
   memory_bytes_ = launch.memory_bytes;
   network_ = launch.network;
@@ -143,20 +148,43 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
   spec.cgroup = cgroup_.get();
-  spec.hooks = hooks;
-  auto spawned = [&] {
-    reactor::SlowCall timed("spawning a job");
-    return sandbox::spawn_job(spec);
-  }();
-  if (!spawned) return fail(spawned.error());
   started_hr_ns_ = uv_hrtime();
   queue_wait_ms_ = static_cast<int64_t>((started_hr_ns_ - queued_hr_ns_) / 1000000);
+  out_read_ = std::move(out_read);
+  err_read_ = std::move(err_read);
+  // The deadline runs from now: a child stuck before exec is killed with its cgroup like any job.
+  uv_loop_t* loop = runner_.loop();
+  uv_timer_init(loop, deadline_.get());
+  deadline_.initialized(this);
+  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
+  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
+  {
+    reactor::SlowCall timed("spawning a job");
+    runner_.job_starter().spawn(box, spec, [this](Expected<sandbox::SpawnedProcess> spawned) {
+      on_spawned(std::move(spawned));
+    });
+  }  // our ends of the job's pipes close here: the starter (or the child) holds its own
+  return {};
+}
+
+void Job::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
+  if (!spawned) {
+    (void)cgroup_->kill_all();  // a starter that died after its clone3 may have left the job
+    deadline_.close();
+    out_read_.reset();
+    err_read_.reset();
+    log_error("job {}: could not start: {}", id_, spawned.error().message);
+    if (auto s = cgroup_->remove(); !s) log_job(id_, "removing the cgroup: {}", s.error().message);
+    cgroup_.reset();
+    state_ = State::kQueued;  // never ran: the runner ends it as refused
+    runner_.job_start_failed(*this, spawned.error().message);
+    return;
+  }
   pid_ = spawned->pid;
   pidfd_ = std::move(spawned->pidfd);
   setup_status_ = std::move(spawned->setup_status);
   fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-  out_write.reset();
-  err_write.reset();
 
   uv_loop_t* loop = runner_.loop();
   stdout_ = std::make_unique<OutputPipe>();
@@ -167,7 +195,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
     p->job = this;
     uv_pipe_init(loop, p->pipe.get(), 0);
     p->pipe.initialized(p);
-    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read : err_read).release());
+    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read_ : err_read_).release());
     start_reading(*p);
   }
 
@@ -182,14 +210,11 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
     if (auto* job = reactor::owner_of<Job>(h)) job->confirm_started();
   });
 
-  uv_timer_init(loop, deadline_.get());
-  deadline_.initialized(this);
-  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
-    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
-  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
+  watch_oom();
   log_job(id_, "started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
           runner_.job_account().name, summary_);
-  return {};
+  // Cancelled or past its deadline while the starter worked: kill what now exists.
+  if (kill_issued_) kill_tree(nullptr);
 }
 
 void Job::start_reading(OutputPipe& out) {
@@ -290,6 +315,52 @@ void Job::on_exit() {
   check_empty();
 }
 
+void Job::watch_oom() {
+  auto watch = cgroup_->watch_oom();
+  if (!watch) {
+    log_job(id_, "no live OOM watcher ({}); an OOM kill is found at exit only", watch.error().message);
+    return;
+  }
+  oom_watch_.emplace(std::move(*watch));
+  uv_poll_init(runner_.loop(), oom_poll_.get(), oom_watch_->fd());
+  oom_poll_.initialized(this);
+  uv_poll_start(oom_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_oom_event(true);
+  });
+}
+
+void Job::on_oom_event(bool woken) {
+  auto kills = oom_watch_->consume();
+  if (!kills) {
+    log_job(id_, "the OOM watcher failed ({}); an OOM kill is found at exit only", kills.error().message);
+    oom_poll_.close();
+    return;
+  }
+  if (*kills <= oom_kills_seen_) {
+    // v1 signals as the cgroup enters OOM, before the killer has picked a victim (or reclaim
+    // may still succeed): look at the counter again for a short while.
+    if (woken && oom_rechecks_left_ == 0) {
+      oom_rechecks_left_ = kOomRechecks;
+      if (!oom_recheck_.live()) {
+        uv_timer_init(runner_.loop(), oom_recheck_.get());
+        oom_recheck_.initialized(this);
+      }
+      uv_timer_start(oom_recheck_.get(), [](uv_timer_t* h) {
+        auto* job = reactor::owner_of<Job>(h);
+        if (!job || !job->oom_poll_.live()) return;
+        if (--job->oom_rechecks_left_ <= 0) uv_timer_stop(h);
+        job->on_oom_event(false);
+      }, kOomRecheckMs, kOomRecheckMs);
+    }
+    return;
+  }
+  oom_rechecks_left_ = 0;
+  if (oom_recheck_.live()) uv_timer_stop(oom_recheck_.get());
+  oom_kills_seen_ = *kills;
+  log_job(id_, "OOM kill seen by the watcher: the job hit its memory limit of {} bytes ({} kill(s) so far)",
+          memory_bytes_, *kills);
+}
+
 void Job::on_timeout() {
   log_job(id_, "deadline reached; killing the job's process tree");
   kill_tree("deadline");
@@ -379,7 +450,16 @@ protocol::TerminalRecord Job::started_terminal() const {
 
 void Job::finish() {
   protocol::TerminalRecord t = started_terminal();
-  t.oom_killed = cgroup_->oom_killed();
+  // The watcher saw it live (a wake-up still queued in this loop iteration counts too); the
+  // counter read now confirms, and covers a watcher that could not be set up.
+  if (oom_watch_ && oom_poll_.live()) {
+    pollfd ready{oom_watch_->fd(), POLLIN, 0};
+    if (::poll(&ready, 1, 0) > 0 || oom_rechecks_left_ > 0) on_oom_event(false);
+  }
+  t.oom_killed = oom_kills_seen_ > 0 || cgroup_->oom_killed();
+  oom_poll_.close();  // before remove(): v1 signals the eventfd when the cgroup goes
+  oom_recheck_.close();
+  oom_watch_.reset();
   const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
   if (refused) {
     t.outcome.kind = protocol::Outcome::Kind::kRefusedBeforeStart;

@@ -17,6 +17,7 @@
 #include "runner/job_log.hpp"
 #include "runner/sha256.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
 #include "vm/vm_job.hpp"
 
@@ -52,9 +53,9 @@ class Job : private vm::VmJobSink {
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
   Status enqueue(std::string summary);
-  // Creates the cgroup, starts the process and watches it. On error nothing is left but the
-  // job's history.
-  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::ChildHooks* hooks);
+  // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
+  // watches it. On error nothing is left but the job's history.
+  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box);
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM and reports
   // back through the VmJobSink methods; output becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
@@ -120,11 +121,16 @@ class Job : private vm::VmJobSink {
   void vm_finished(const vm::VmOutcome& outcome) override;
   void vm_log(const std::string& line) override;
 
+  // The job starter's answer: watch the process, or end the job as refused.
+  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
   void start_reading(OutputPipe& out);
   void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
   bool append_output(OutputPipe& out, std::string_view bytes);
   void on_exit();
+  void watch_oom();
+  // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
+  void on_oom_event(bool woken);
   void on_timeout();
   void kill_tree(const char* why);
   void check_empty();
@@ -158,6 +164,7 @@ class Job : private vm::VmJobSink {
   std::optional<JobLog> log_;
   UniqueFd pidfd_;
   UniqueFd setup_status_;
+  UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;
   bool started_confirmed_ = false;
   std::string setup_error_;  // the child failed before exec
@@ -175,6 +182,11 @@ class Job : private vm::VmJobSink {
   reactor::UvHandle<uv_timer_t> deadline_;
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
   reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
+  std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
+  reactor::UvHandle<uv_poll_t> oom_poll_;
+  reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen
+  int oom_rechecks_left_ = 0;
+  int64_t oom_kills_seen_ = 0;
   std::unique_ptr<OutputPipe> stdout_, stderr_;
   std::unique_ptr<vm::VmJob> vm_;
   std::vector<Follower> followers_;

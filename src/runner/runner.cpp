@@ -44,6 +44,9 @@ constexpr uint64_t kExitFlushMs = 2000;
 constexpr size_t kListLimit = 500;
 constexpr uint64_t kMetricsEveryMs = 15000;
 constexpr uint64_t kHistorySweepMs = 3600 * 1000;
+// Fresh network namespaces the job starter keeps ready (sandbox/netns_pool.hpp): enough for a
+// burst of starts; each costs the kernel a few tens of KiB while it waits.
+constexpr size_t kNetnsPoolSize = 4;
 // Where a job sees its workspace (its cwd is below it, its $HOME is it).
 constexpr const char* kWorkspaceInJob = "/workspace";
 constexpr const char* kSiblingsInJob = "/siblings";
@@ -195,6 +198,10 @@ Status Runner::start() {
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
     log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
+  }
+  // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
+  if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
+    log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
   // After the state writer's fork: libvirt's connection is the runner's alone.
   vm_host_ = VmHost::create(loop_, config_, init_path_);
@@ -715,8 +722,8 @@ void Runner::start_next() {
   }
   const auto env = filter_env(p.env, config_.env_allow);
   // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
-  // motor-init as PID 1 running the command. Planned here, in the runner; the child only
-  // makes the system calls.
+  // motor-init as PID 1 running the command. Planned by the job starter (job_starter.hpp) just
+  // before its clone3; the child only makes the system calls.
   sandbox::SandboxConfig box;
   box.workspace = {*ws, kWorkspaceInJob};
   box.tmp_size_bytes = static_cast<uint64_t>(config_.job_tmp_bytes);
@@ -743,10 +750,6 @@ void Runner::start_next() {
     }
     box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
   }
-  auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return refuse("workspace_setup_failed", "the sandbox cannot be built: " + plan.error().message);
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
-
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
@@ -759,12 +762,15 @@ void Runner::start_next() {
   launch.cpus = cpu_claims_.claim(pending.cpus);
   launch.network = p.network;
   launch.platform = p.platform;
-  if (auto s = job.start(launch, *cgroups_, &hooks); !s) {
+  const std::string job_id = job.id();
+  if (auto s = job.start(launch, *cgroups_, box); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     cpu_claims_.release(launch.cpus);
     return refuse("workspace_setup_failed", s.error().message);
   }
-  metrics_.observe_queue_wait(static_cast<double>(job.queue_wait_ms()) / 1000.0);
+  // A starter without its helper answers at once, and a refusal has ended the job already.
+  if (auto it = jobs_.find(job_id); it != jobs_.end() && it->second->state() == Job::State::kRunning)
+    metrics_.observe_queue_wait(static_cast<double>(it->second->queue_wait_ms()) / 1000.0);
   update_status();
 }
 
@@ -971,6 +977,14 @@ void Runner::request_save(std::function<void()> then) {
     self->save_state();
     for (auto& cb : callbacks) cb();
   });
+}
+
+void Runner::job_start_failed(Job& job, const std::string& detail) {
+  protocol::Outcome o;
+  o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+  o.reason = "workspace_setup_failed";
+  metrics_.refused(o.reason);
+  job.finish_unstarted(o, detail.substr(0, 1024));  // job_finished frees its claim
 }
 
 void Runner::job_finished(Job& job) {

@@ -21,6 +21,7 @@
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
+#include "runner/job_starter.hpp"
 #include "runner/notify.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
@@ -43,6 +44,7 @@ class Runner {
   const Config& config() const { return config_; }
   uv_loop_t* loop() const { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
+  JobStarter& job_starter() { return job_starter_; }
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
 
   // From sessions.
@@ -56,6 +58,8 @@ class Runner {
   // must not pay it 20 times. `then` runs once the change is durable.
   void request_save(std::function<void()> then = nullptr);
   void job_finished(Job& job);
+  // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
+  void job_start_failed(Job& job, const std::string& detail);
   void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
 
@@ -125,6 +129,7 @@ class Runner {
   void expire_histories();
   std::vector<std::function<void()>> after_save_;
   StateWriter state_writer_;
+  JobStarter job_starter_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time

@@ -12,6 +12,7 @@
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
 #include "runner/atomic_file.hpp"
+#include "runner/helper_process.hpp"
 #include "runner/log.hpp"
 
 namespace motor::runner {
@@ -19,19 +20,7 @@ namespace {
 
 
 // The helper: read a length-prefixed state, write it atomically, answer one byte (0 = durable).
-[[noreturn]] void helper_main(int fd, const std::string& state_dir) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  prctl(PR_SET_NAME, "motor-state");
-  // Nothing of the runner's loop may reach this process: default signal handling (libuv's
-  // handlers would write into the runner's own signal pipe), and no fd but its socket.
-  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (dup2(fd, 3) < 0) _exit(1);
-  fd = 3;
-  syscall(SYS_close_range, 4u, ~0u, 0u);
-  for (;;) {
+[[noreturn]] void helper_main(int fd, const std::string& state_dir) {  for (;;) {
     unsigned char h[4];
     if (!read_exact(fd, reinterpret_cast<char*>(h), 4)) _exit(0);
     const size_t len = (size_t{h[0]} << 24) | (size_t{h[1]} << 16) | (size_t{h[2]} << 8) | h[3];
@@ -50,23 +39,12 @@ StateWriter::~StateWriter() { stop(); }
 
 Status StateWriter::start(uv_loop_t* loop, std::string state_dir) {
   loop_ = loop;
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(sv[0]);
-    close(sv[1]);
-    return sys_error("fork");
-  }
-  if (pid == 0) {
-    close(sv[0]);
-    helper_main(sv[1], state_dir);
-  }
-  close(sv[1]);
-  pid_ = pid;
+  auto helper = fork_helper_process("motor-state", [&state_dir](int fd) { helper_main(fd, state_dir); });
+  if (!helper) return helper.error();
+  pid_ = helper->pid;
   uv_pipe_init(loop, pipe_.get(), 0);
   pipe_.initialized(this);
-  uv_pipe_open(pipe_.get(), sv[0]);
+  uv_pipe_open(pipe_.get(), helper->channel.release());
   uv_read_start(
       pipe_.stream(),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {

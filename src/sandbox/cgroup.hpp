@@ -11,6 +11,7 @@
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
+#include "sandbox/oom_watch.hpp"
 
 namespace motor::sandbox {
 
@@ -43,6 +44,9 @@ class JobCgroup {
   virtual Status kill_all() = 0;
   // True if the memory controller reports an OOM kill in this cgroup.
   virtual bool oom_killed() const = 0;
+  // A live watcher of OOM kills (oom_watch.hpp): v1 eventfd on memory.oom_control, v2 inotify
+  // on memory.events. Close it before remove() (v1 signals it when the cgroup goes).
+  virtual Expected<OomWatch> watch_oom() = 0;
   // Removes the cgroup directories; fails (EBUSY) if processes remain.
   virtual Status remove() = 0;
   // The job's directory in each hierarchy used (v1 controllers, then the unified one), for

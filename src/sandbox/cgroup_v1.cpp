@@ -82,6 +82,12 @@ class V1Job final : public JobCgroup {
     return n && *n > 0;
   }
 
+  Expected<OomWatch> watch_oom() override {
+    if (roles_.memory < 0 || dirs_[static_cast<size_t>(roles_.memory)].empty())
+      return make_error("io", "job cgroup " + name_ + " has no memory cgroup to watch");
+    return OomWatch::on_v1_oom_control(dirs_[static_cast<size_t>(roles_.memory)]);
+  }
+
   Status remove() override {
     // Fail fast while processes remain instead of spending the EBUSY retries on every hierarchy.
     if (auto p = populated(); p.ok() && *p)

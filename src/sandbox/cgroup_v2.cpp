@@ -33,6 +33,7 @@ class V2Job final : public JobCgroup {
     auto n = keyed_value(*text, "oom_kill");
     return n && *n > 0;
   }
+  Expected<OomWatch> watch_oom() override { return OomWatch::on_v2_events_file(dir_); }
   Status remove() override {
     if (auto p = populated(); p.ok() && *p)
       return make_error("io", "rmdir " + dir_ + ": " + std::strerror(EBUSY) + " (processes remain)");

@@ -57,7 +57,17 @@ Expected<NamespacePlan> plan_namespaces() {
   return plan;
 }
 
+void use_prepared_network_namespace(NamespacePlan& plan, int net_fd) {
+  if (!(plan.clone_flags & CLONE_NEWNET)) return;  // the plan makes no network namespace
+  plan.prepared_net_fd = net_fd;
+  plan.clone_flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
+}
+
 int enter_namespaces(const NamespacePlan& plan, const char*& stage) {
+  if (plan.prepared_net_fd >= 0 && setns(plan.prepared_net_fd, CLONE_NEWNET) != 0) {
+    stage = "setns into the prepared network namespace";
+    return errno;
+  }
   for (const NamespaceIdentity& id : plan.parent) {
     struct stat st {};
     if (stat(id.path.c_str(), &st) != 0) {

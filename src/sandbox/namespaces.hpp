@@ -26,11 +26,19 @@ struct NamespaceIdentity {
 struct NamespacePlan {
   uint64_t clone_flags = 0;
   std::vector<NamespaceIdentity> parent;  // the runner's own namespaces, recorded at plan time
+  // A fresh network namespace prepared ahead (netns_pool.hpp), entered with setns instead of
+  // CLONE_NEWNET; -1: clone3 creates one. Owned by the caller, inherited by the child only.
+  int prepared_net_fd = -1;
 };
 
 Expected<NamespacePlan> plan_namespaces();
 
-// Child, first thing: every namespace differs from the parent's. Then, once attached to the
+// Makes the job enter `net_fd` (a never-used namespace from the pool) instead of creating one;
+// a plan without CLONE_NEWNET (a test build's weakened "network-namespace") is left as it is.
+void use_prepared_network_namespace(NamespacePlan& plan, int net_fd);
+
+// Child, first thing: enters the prepared network namespace if there is one; then checks that
+// every namespace differs from the parent's. Then, once attached to the
 // job's cgroup, a fresh cgroup namespace rooted there (on cgroup v1 the attach happens after
 // clone, so the clone-time cgroup namespace would be rooted at the runner's cgroup).
 int enter_namespaces(const NamespacePlan& plan, const char*& stage);

@@ -4,7 +4,9 @@
 #include <grp.h>
 #include <linux/close_range.h>
 #include <linux/sched.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,11 +37,13 @@ namespace {
 
 [[noreturn]] void run_child(const SpawnSpec& spec, char* const* argv, char* const* envp, const char* exec_stage,
                             int status_fd) {
-  // The runner ignores SIGPIPE and may block signals; the job starts with defaults.
+  // The runner ignores SIGPIPE and may block signals; the job starts with defaults. Handlers
+  // go first: the parent blocked every signal around the clone, so none of its handlers can
+  // run here (with CLONE_VM it would run on the parent's memory).
+  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
 
   for (int fd : spec.cgroup->child_attach_fds()) {
     if (::write(fd, "0", 1) != 1) child_fail(status_fd, "joining the job's cgroup", errno);
@@ -69,6 +73,58 @@ namespace {
   child_fail(status_fd, exec_stage, errno);
 }
 
+struct ChildStart {
+  const SpawnSpec* spec;
+  char* const* argv;
+  char* const* envp;
+  const char* exec_stage;
+  int status_fd;
+};
+
+[[noreturn]] void child_entry(void* start) {
+  const auto* c = static_cast<const ChildStart*>(start);
+  run_child(*c->spec, c->argv, c->envp, c->exec_stage, c->status_fd);
+}
+
+#if defined(__x86_64__)
+constexpr size_t kChildStackBytes = size_t{512} << 10;
+
+// The stack a CLONE_VM child runs on: one per process, mapped once (spawns through the job
+// starter are one at a time, and the caller is suspended until the child has exec'd).
+char* child_stack() {
+  static char* top = [] {
+    void* m = mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) return static_cast<char*>(nullptr);
+    (void)mprotect(m, 4096, PROT_NONE);  // guard page
+    return static_cast<char*>(m);
+  }();
+  return top;
+}
+
+// clone3 whose child calls entry(arg) on its new stack and never returns into this frame: it
+// shares our memory, so unwinding our stack would corrupt the parent's.
+long clone3_calling(clone_args* args, void (*entry)(void*), void* arg) {
+  long ret;
+  register void (*fn)(void*) asm("r12") = entry;
+  register void* fn_arg asm("r13") = arg;
+  asm volatile(
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xor %%ebp, %%ebp\n\t"
+      "mov %%r13, %%rdi\n\t"
+      "call *%%r12\n\t"
+      "mov $60, %%eax\n\t"  // exit(127): entry never returns, but never fall through
+      "mov $127, %%edi\n\t"
+      "syscall\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "0"(static_cast<long>(SYS_clone3)), "D"(args), "S"(sizeof *args), "r"(fn), "r"(fn_arg)
+      : "rcx", "r11", "memory");
+  return ret;
+}
+#endif
+
 }  // namespace
 
 Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
@@ -95,14 +151,39 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
   clone_args args{};
   args.flags = CLONE_PIDFD | (spec.hooks ? spec.hooks->clone_flags : 0);
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
+  // With CLONE_PARENT the exit signal is the caller's own (SIGCHLD) and clone3 wants 0 here.
+  args.exit_signal = spec.child_of_callers_parent ? 0 : SIGCHLD;
+  if (spec.child_of_callers_parent) args.flags |= CLONE_PARENT;
   if (spec.cgroup->clone_into_fd() >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(spec.cgroup->clone_into_fd());
   }
-  const long pid = syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) return sys_error("clone3");
-  if (pid == 0) run_child(spec, argv.data(), envp.data(), exec_stage.c_str(), status_write.get());
+  // No handler of ours may run in the child before it has reset them (see run_child).
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  long pid = -1;
+  int clone_errno = 0;
+#if defined(__x86_64__)
+  if (spec.share_memory_until_exec && child_stack()) {
+    ChildStart start{&spec, argv.data(), envp.data(), exec_stage.c_str(), status_write.get()};
+    args.flags |= CLONE_VM | CLONE_VFORK;
+    args.stack = reinterpret_cast<uint64_t>(child_stack());
+    args.stack_size = kChildStackBytes;
+    pid = clone3_calling(&args, child_entry, &start);
+    if (pid < 0) {
+      clone_errno = static_cast<int>(-pid);
+      pid = -1;
+    }
+  } else
+#endif
+  {
+    pid = syscall(SYS_clone3, &args, sizeof args);
+    clone_errno = errno;
+    if (pid == 0) run_child(spec, argv.data(), envp.data(), exec_stage.c_str(), status_write.get());
+  }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  if (pid < 0) return sys_error("clone3", clone_errno);
 
   SpawnedProcess out;
   out.pid = static_cast<pid_t>(pid);

@@ -36,6 +36,13 @@ struct SpawnSpec {
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
   JobCgroup* cgroup = nullptr;         // required
   const ChildHooks* hooks = nullptr;   // null: no namespaces
+  // CLONE_PARENT: the job becomes a child of the caller's parent. The job starter (a helper
+  // process of the runner) sets it so the runner itself waits on the job's pidfd.
+  bool child_of_callers_parent = false;
+  // CLONE_VM | CLONE_VFORK: the child runs on a stack of its own in the caller's memory until
+  // it execs, so nothing is copied (no page tables, no copy-on-write faults on either side);
+  // the caller is suspended until then. For the job starter only, never for the runner's loop.
+  bool share_memory_until_exec = false;
 };
 
 struct SpawnedProcess {

@@ -90,6 +90,66 @@ std::string trim(std::string s) {
   return first == std::string::npos ? "" : s.substr(first);
 }
 
+// The runner's job starter process (job_starter.hpp): its child named motor-starter, or -1.
+pid_t job_starter_of(pid_t runner) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || line.find("(motor-starter)") == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == runner) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// "net:[inode]" of every network namespace `pid` holds through an open fd.
+std::set<std::string> netns_fds_of(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    const std::string target = fs::read_symlink(e.path(), lec).string();
+    if (!lec && target.starts_with("net:[")) out.insert(target);
+  }
+  return out;
+}
+
+// Processes (other than `except`) in, or holding an fd of, one of `namespaces`.
+std::vector<std::string> holders_of(const std::set<std::string>& namespaces) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ec;
+    const std::string own = fs::read_symlink(e.path() / "ns/net", ec).string();
+    std::set<std::string> held = netns_fds_of(static_cast<pid_t>(std::stol(name)));
+    if (!ec) held.insert(own);
+    for (const auto& ns : held)
+      if (namespaces.count(ns)) out.push_back(name + " " + ns + " " + trim(run_program({"/bin/cat", "/proc/" + name + "/cmdline"}).out));
+  }
+  return out;
+}
+
+// Waits until the job starter holds `n` pooled network namespaces (it fills the pool when
+// idle); besides them it holds an fd of its own namespace (`home`), which is not pooled.
+std::set<std::string> full_pool(pid_t starter, size_t n, const std::string& home) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::set<std::string> pool;
+  for (;;) {
+    pool = netns_fds_of(starter);
+    pool.erase(home);
+    if (pool.size() >= n || std::chrono::steady_clock::now() > deadline) return pool;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
 class RunnerIsolation : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -331,6 +391,41 @@ TEST_F(RunnerIsolation, NetNamespace_CannotReachTheHostsLoopback) {
   EXPECT_EQ(p["loopback"], "OK");  // loopback works inside: the refusal is not a broken stack
 }
 
+// Control: the job's network namespace comes from the job starter's pool of fresh ones
+// (sandbox/netns_pool.hpp), entered with setns, and is not the runner's. Each is handed out
+// once: the job's namespace is one the starter held before, and it holds it no longer.
+TEST_F(RunnerIsolation, NetNamespacePool_TheJobGetsAFreshPooledNamespace) {
+  const pid_t starter = job_starter_of(runner_->pid());
+  ASSERT_GT(starter, 0) << "no motor-starter process under the runner";
+  const std::string runner_ns = fs::read_symlink(fmt::format("/proc/{}/ns/net", runner_->pid())).string();
+  const auto pool = full_pool(starter, 4, runner_ns);
+  ASSERT_EQ(pool.size(), 4u) << "the pool never filled";
+  const std::string m = marker();
+  auto r = run({"--", "/bin/sh", "-c", "readlink /proc/self/ns/net; sleep 1 # " + m});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string job_ns = trim(r.out);
+  EXPECT_TRUE(pool.count(job_ns)) << job_ns << " was not in the pool";
+  EXPECT_NE(job_ns, runner_ns);
+}
+
+// Clean-up safety: the pooled namespaces are held only by the starter's fds; when the runner
+// is killed the starter dies with it (PR_SET_PDEATHSIG) and no process holds any of them.
+TEST_F(RunnerIsolation, NetNamespacePool_RunnerKilledLeavesNoNamespaceBehind) {
+  const pid_t starter = job_starter_of(runner_->pid());
+  ASSERT_GT(starter, 0) << "no motor-starter process under the runner";
+  const auto pool = full_pool(starter, 4, fs::read_symlink(fmt::format("/proc/{}/ns/net", runner_->pid())).string());
+  ASSERT_EQ(pool.size(), 4u) << "the pool never filled";
+  for (const auto& h : holders_of(pool)) EXPECT_TRUE(h.starts_with(std::to_string(starter) + " ")) << h;
+  runner_->kill9();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline && fs::exists(fmt::format("/proc/{}/fd", starter)) &&
+         !netns_fds_of(starter).empty())
+    std::this_thread::sleep_for(20ms);
+  const auto left = holders_of(pool);
+  EXPECT_TRUE(left.empty()) << "still held: " << left.front();
+  ASSERT_TRUE(runner_->start()) << runner_->log();  // TearDown stops it cleanly
+}
+
 // Control: every capability set emptied (capset, ambient clear, bounding set drop).
 TEST_F(RunnerIsolation, Capabilities_AllSetsAreZero) {
   auto p = probe({"status:CapInh", "status:CapPrm", "status:CapEff", "status:CapBnd", "status:CapAmb", "status:Uid"});
@@ -439,12 +534,22 @@ TEST_F(RunnerIsolation, MemoryLimit_BalloonIsOomKilledAndReported) {
   EXPECT_EQ(json_field(terminal, "/outcome/type"), "exit") << terminal;
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "137") << terminal;
   EXPECT_EQ(r.exit_code, 137);
+  // The live watcher (v1: eventfd on memory.oom_control; v2: inotify on memory.events) saw the
+  // kill while the job ran: its line comes before the job's "finished" line. (The exit-time
+  // counter read alone would flag the terminal record but never write this line.)
+  const std::string job_id = json_field(terminal, "/job_id");
+  const std::string log = runner_->log();
+  const auto seen = log.find("job " + job_id + ": OOM kill seen by the watcher");
+  const auto finished = log.find("job " + job_id + ": finished");
+  EXPECT_NE(seen, std::string::npos) << log;
+  EXPECT_LT(seen, finished) << log;
   // The balloon really was big: the same job without a tight limit survives and is not flagged.
   auto ok = run({"--json", "--memory", "1G", "--", "/usr/bin/python3", "-c",
                  "b = b'x' * (256 << 20)  # " + m + "\nprint('survived', len(b))"});
   const std::string ok_terminal = terminal_line(ok.out);
   EXPECT_EQ(json_field(ok_terminal, "/oom_killed"), "false") << ok_terminal;
   EXPECT_EQ(json_field(ok_terminal, "/outcome/code"), "0") << ok_terminal;
+  EXPECT_EQ(runner_->log().find("job " + json_field(ok_terminal, "/job_id") + ": OOM kill seen"), std::string::npos);
 }
 
 // Control: the pids limit (pids.max = pids_max = 64). A job that forks as much as it can gets

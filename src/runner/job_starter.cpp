@@ -1,0 +1,447 @@
+#include "runner/job_starter.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "motor/fd_io.hpp"
+#include "motor/sys_error.hpp"
+#include "runner/helper_process.hpp"
+#include "runner/log.hpp"
+#include "sandbox/netns_pool.hpp"
+
+namespace motor::runner {
+namespace {
+
+// A job needs at most stdin, stdout, stderr, one cgroup2 directory and a few v1 cgroup.procs.
+constexpr size_t kMaxFds = 16;
+// How long the helper waits for a job's exec before it goes on anyway.
+constexpr int kExecWaitMs = 5000;
+// A request the helper does not take within this time fails (the helper is stuck).
+constexpr time_t kSendTimeoutS = 2;
+
+// ---- the request and reply bodies: u64 numbers and length-prefixed strings ----
+
+class Writer {
+ public:
+  void num(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void str(const std::string& s) {
+    num(s.size());
+    out_ += s;
+  }
+  void strs(const std::vector<std::string>& v) {
+    num(v.size());
+    for (const auto& s : v) str(s);
+  }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  bool ok() const { return ok_; }
+  uint64_t num() {
+    uint64_t v = 0;
+    if (pos_ + sizeof v > in_.size()) return fail();
+    std::memcpy(&v, in_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = num();
+    if (!ok_ || n > in_.size() - pos_) return fail(), std::string();
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  std::vector<std::string> strs() {
+    const uint64_t n = num();
+    std::vector<std::string> v;
+    for (uint64_t i = 0; ok_ && i < n; ++i) v.push_back(str());
+    return v;
+  }
+
+ private:
+  uint64_t fail() {
+    ok_ = false;
+    return 0;
+  }
+  const std::string& in_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+void put_binds(Writer& w, const std::vector<sandbox::BindMount>& binds) {
+  w.num(binds.size());
+  for (const auto& b : binds) {
+    w.str(b.source);
+    w.str(b.target);
+  }
+}
+
+std::vector<sandbox::BindMount> get_binds(Reader& r) {
+  std::vector<sandbox::BindMount> out;
+  const uint64_t n = r.num();
+  for (uint64_t i = 0; r.ok() && i < n; ++i) {
+    sandbox::BindMount b;
+    b.source = r.str();
+    b.target = r.str();
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, size_t attach_fds,
+                           bool clone_into) {
+  Writer w;
+  w.num(box.toolchain.size());
+  for (const auto& t : box.toolchain) {
+    w.str(t.path);
+    w.num(t.optional ? 1 : 0);
+  }
+  put_binds(w, {box.workspace});
+  put_binds(w, box.writable);
+  put_binds(w, box.read_only);
+  w.num(box.tmp_size_bytes);
+  w.num(box.shm_size_bytes);
+  w.str(box.hostname);
+  w.num(box.uid);
+  w.num(box.gid);
+  w.str(box.user_name);
+  w.str(box.group_name);
+  w.str(box.init_path);
+  w.str(spec.executable);
+  w.strs(spec.argv);
+  w.strs(spec.env);
+  w.str(spec.cwd);
+  w.num(spec.uid);
+  w.num(spec.gid);
+  w.num(attach_fds);
+  w.num(clone_into ? 1 : 0);
+  return std::move(w.bytes());
+}
+
+struct Request {
+  sandbox::SandboxConfig box;
+  sandbox::SpawnSpec spec;
+  uint64_t attach_fds = 0;
+  bool clone_into = false;
+};
+
+bool decode_request(const std::string& body, Request& q) {
+  Reader r(body);
+  q.box.toolchain.clear();
+  const uint64_t n = r.num();
+  for (uint64_t i = 0; r.ok() && i < n; ++i) {
+    sandbox::ToolchainPath t;
+    t.path = r.str();
+    t.optional = r.num() != 0;
+    q.box.toolchain.push_back(std::move(t));
+  }
+  auto ws = get_binds(r);
+  if (ws.size() != 1) return false;
+  q.box.workspace = ws[0];
+  q.box.writable = get_binds(r);
+  q.box.read_only = get_binds(r);
+  q.box.tmp_size_bytes = r.num();
+  q.box.shm_size_bytes = r.num();
+  q.box.hostname = r.str();
+  q.box.uid = static_cast<uid_t>(r.num());
+  q.box.gid = static_cast<gid_t>(r.num());
+  q.box.user_name = r.str();
+  q.box.group_name = r.str();
+  q.box.init_path = r.str();
+  q.spec.executable = r.str();
+  q.spec.argv = r.strs();
+  q.spec.env = r.strs();
+  q.spec.cwd = r.str();
+  q.spec.uid = static_cast<uid_t>(r.num());
+  q.spec.gid = static_cast<gid_t>(r.num());
+  q.attach_fds = r.num();
+  q.clone_into = r.num() != 0;
+  return r.ok();
+}
+
+// ---- one message: a header {u32 body length, u32 word} carrying the fds, then the body ----
+
+bool send_message(int sock, uint32_t word, const std::string& body, const std::vector<int>& fds) {
+  uint32_t header[2] = {static_cast<uint32_t>(body.size()), word};
+  iovec iov{header, sizeof header};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (!c) return false;
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return false;
+  if (static_cast<size_t>(n) < sizeof header &&
+      !write_all(sock, reinterpret_cast<char*>(header) + n, sizeof header - static_cast<size_t>(n)))
+    return false;
+  return write_all(sock, body.data(), body.size());
+}
+
+// Receives one message; the fds arrive close-on-exec. False on EOF or a malformed header. With
+// `would_block`, returns false and sets it when no message has begun to arrive.
+bool receive_message(int sock, uint32_t& word, std::string& body, std::vector<UniqueFd>& fds,
+                     bool* would_block = nullptr) {
+  uint32_t header[2] = {0, 0};
+  iovec iov{header, sizeof header};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (would_block ? MSG_DONTWAIT : 0));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && would_block && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    *would_block = true;
+    return false;
+  }
+  if (n <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.emplace_back(fd);
+    }
+  }
+  if (msg.msg_flags & MSG_CTRUNC) return false;
+  if (static_cast<size_t>(n) < sizeof header &&
+      !read_exact(sock, reinterpret_cast<char*>(header) + n, sizeof header - static_cast<size_t>(n)))
+    return false;
+  word = header[1];
+  body.assign(header[0], '\0');
+  return read_exact(sock, body.data(), body.size());
+}
+
+// The cgroup as the helper sees it: only the fds spawn_job uses.
+class PassedCgroup final : public sandbox::JobCgroup {
+ public:
+  PassedCgroup(int clone_into, std::vector<int> attach) : clone_into_(clone_into), attach_(std::move(attach)) {}
+  const std::string& name() const override { return name_; }
+  int clone_into_fd() const override { return clone_into_; }
+  const std::vector<int>& child_attach_fds() const override { return attach_; }
+  std::string events_path() const override { return {}; }
+  Expected<bool> populated() const override { return unsupported(); }
+  Status kill_all() override { return unsupported(); }
+  bool oom_killed() const override { return false; }
+  Expected<sandbox::OomWatch> watch_oom() override { return unsupported(); }
+  Status remove() override { return unsupported(); }
+  std::vector<std::string> directories() const override { return {}; }
+
+ private:
+  static Error unsupported() { return make_error("internal", "the job starter only spawns into a cgroup"); }
+  std::string name_ = "passed";
+  int clone_into_;
+  std::vector<int> attach_;
+};
+
+// ---- the helper process ----
+
+constexpr uint32_t kReplyOk = 0, kReplyError = 1;
+
+void reply_error(int sock, const std::string& message) { (void)send_message(sock, kReplyError, message, {}); }
+
+// Runs in the helper (fork_helper_process has cut it off from the runner's loop).
+[[noreturn]] void helper_main(int sock, size_t pool_size) {
+  sandbox::NetnsPool pool(pool_size);
+  bool pooling = pool_size > 0;
+  if (pooling) {
+    if (auto s = pool.open_home(); !s) {
+      log_warning("job starter: no network namespace pool: {}", s.error().message);
+      pooling = false;
+    }
+  }
+  for (;;) {
+    // Idle: top up the pool, but never keep a waiting request waiting for more than one.
+    while (pooling && !pool.full()) {
+      pollfd p{sock, POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) break;
+      bool stranded = false;
+      if (auto s = pool.add_one(stranded); !s) {
+        log_warning("job starter: {}; jobs create their network namespace in clone3", s.error().message);
+        if (stranded) _exit(2);  // in a foreign network namespace: the runner spawns in process
+        pooling = false;
+      }
+    }
+    uint32_t word = 0;
+    std::string body;
+    std::vector<UniqueFd> fds;
+    if (!receive_message(sock, word, body, fds)) _exit(0);
+    Request q;
+    if (!decode_request(body, q) || fds.size() != 3 + q.attach_fds + (q.clone_into ? 1 : 0)) {
+      reply_error(sock, "job starter: malformed request");
+      continue;
+    }
+    std::vector<int> attach;
+    for (size_t i = 0; i < q.attach_fds; ++i) attach.push_back(fds[3 + i].get());
+    PassedCgroup cgroup(q.clone_into ? fds.back().get() : -1, std::move(attach));
+    q.spec.stdin_fd = fds[0].get();
+    q.spec.stdout_fd = fds[1].get();
+    q.spec.stderr_fd = fds[2].get();
+    q.spec.cgroup = &cgroup;
+    q.spec.child_of_callers_parent = true;
+    q.spec.share_memory_until_exec = true;
+    UniqueFd net = pool.take();
+    SandboxedSpawn job;
+    auto spawned = job.run(q.box, q.spec, net.get());
+    net.reset();  // from here only the job holds its namespace
+    fds.clear();
+    if (!spawned) {
+      reply_error(sock, spawned.error().message);
+      continue;
+    }
+    // Until the child execs it shares this process's pages copy-on-write: touch as little
+    // memory as possible until then (no frees, no pool refill), so neither side copies pages.
+    UniqueFd exec_seen(fcntl(spawned->setup_status.get(), F_DUPFD_CLOEXEC, 0));
+    (void)send_message(sock, kReplyOk, std::to_string(spawned->pid),
+                       {spawned->pidfd.get(), spawned->setup_status.get()});
+    if (exec_seen) {
+      pollfd p{exec_seen.get(), 0, 0};  // POLLHUP: the child's end closed at exec (or exit)
+      while (poll(&p, 1, kExecWaitMs) < 0 && errno == EINTR) {
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Expected<sandbox::SpawnedProcess> SandboxedSpawn::run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
+                                                      int prepared_net_fd) {
+  auto planned = sandbox::plan_sandbox(box);
+  if (!planned) return make_error(planned.error().code, "the sandbox cannot be built: " + planned.error().message);
+  plan.emplace(std::move(*planned));
+  if (prepared_net_fd >= 0) sandbox::use_prepared_network_namespace(plan->namespaces, prepared_net_fd);
+  hooks = sandbox::make_child_hooks(*plan);
+  spec.hooks = &hooks;
+  return sandbox::spawn_job(spec);
+}
+
+JobStarter::~JobStarter() { stop(); }
+
+Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
+  auto helper = fork_helper_process("motor-starter", [netns_pool_size](int fd) { helper_main(fd, netns_pool_size); });
+  if (!helper) return helper.error();
+  pid_ = helper->pid;
+  sock_ = std::move(helper->channel);
+  // A helper stuck on a request must not stall the loop on the next one for long.
+  timeval limit{kSendTimeoutS, 0};
+  setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  uv_poll_init(loop, poll_.get(), sock_.get());
+  poll_.initialized(this);
+  // uv_poll_init made the socket non-blocking; the rest of a message that has begun to arrive
+  // is read (and a request written) blocking, which the send timeout bounds.
+  fcntl(sock_.get(), F_SETFL, fcntl(sock_.get(), F_GETFL) & ~O_NONBLOCK);
+  uv_poll_start(poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<JobStarter>(h)) self->on_reply();
+  });
+  uv_unref(poll_.handle());  // never keeps the loop alive by itself
+  return {};
+}
+
+void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
+  if (running()) {
+    if (auto sent = send_request(box, spec); sent) {
+      waiting_.push_back(std::move(done));
+      return;
+    } else {
+      log_error("the job starter failed ({}); jobs are now started by the runner itself", sent.error().message);
+    }
+  }
+  SandboxedSpawn job;
+  done(job.run(box, spec, -1));
+}
+
+Status JobStarter::send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
+  if (!spec.cgroup) return make_error("internal", "spawn needs the job's cgroup");
+  std::vector<int> fds = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
+  const auto& attach = spec.cgroup->child_attach_fds();
+  fds.insert(fds.end(), attach.begin(), attach.end());
+  const bool clone_into = spec.cgroup->clone_into_fd() >= 0;
+  if (clone_into) fds.push_back(spec.cgroup->clone_into_fd());
+  if (fds.size() > kMaxFds) return make_error("internal", "too many fds for the job starter");
+  if (!send_message(sock_.get(), 0, encode_request(box, spec, attach.size(), clone_into), fds)) {
+    const std::string why = std::strerror(errno);
+    fail_all("the job starter is gone: " + why);
+    return make_error("io", "the job starter is gone: " + why);
+  }
+  return {};
+}
+
+void JobStarter::on_reply() {
+  uint32_t word = 0;
+  std::string body;
+  std::vector<UniqueFd> got;
+  bool would_block = false;
+  if (!receive_message(sock_.get(), word, body, got, &would_block)) {
+    if (would_block) return;  // a wake-up without a message
+    return fail_all("the job starter closed its socket");
+  }
+  if (waiting_.empty()) return fail_all("the job starter answered a request it was not sent");
+  Done done = std::move(waiting_.front());
+  waiting_.pop_front();
+  if (word != kReplyOk) return done(make_error("io", body));
+  sandbox::SpawnedProcess out;
+  out.pid = static_cast<pid_t>(std::strtol(body.c_str(), nullptr, 10));
+  if (got.size() != 2 || out.pid <= 0) {
+    done(make_error("io", "the job starter answered without a pid and pidfd"));
+    return fail_all("the job starter answered without a pid and pidfd");
+  }
+  out.pidfd = std::move(got[0]);
+  out.setup_status = std::move(got[1]);
+  done(std::move(out));
+}
+
+void JobStarter::fail_all(const std::string& why) {
+  log_error("{}; jobs are now started by the runner itself", why);
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  stop();
+  for (auto& done : waiting) done(make_error("io", why));
+}
+
+void JobStarter::stop() {
+  poll_.close();
+  if (pid_ <= 0) return;
+  sock_.reset();  // the helper reads EOF and exits
+  kill(pid_, SIGKILL);
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+}  // namespace motor::runner

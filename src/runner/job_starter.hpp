@@ -1,0 +1,76 @@
+// Starts jobs from a small helper process, forked when the runner starts (before any session
+// or job exists, like the state writer).
+//
+// Why: clone3 from the runner copies the runner's page tables, and until the child execs every
+// page the loop then writes (malloc, JSON, logs) is copied on write. On this paravirtualised
+// host page faults are dear: measured, the runner spent about 9 ms of CPU per job in such
+// faults. The helper's memory is small and quiet, so its clones are cheap; it also plans the
+// sandbox and keeps a pool of fresh network namespaces (sandbox/netns_pool.hpp).
+//
+// The helper clones with CLONE_PARENT: the job is the runner's child, and the runner waits on
+// its pidfd exactly as before. The runner creates the job's cgroup and pipes and passes their
+// fds (SCM_RIGHTS); the helper answers with the pid, the pidfd and the setup-status pipe.
+// Without the helper (it failed to start or died) the runner spawns in process: the same
+// sandbox, only slower.
+#pragma once
+
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <optional>
+
+#include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
+#include "reactor/uv_handle.hpp"
+#include "sandbox/sandbox_plan.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace motor::runner {
+
+class JobStarter {
+ public:
+  JobStarter() = default;
+  ~JobStarter();
+  JobStarter(const JobStarter&) = delete;
+  JobStarter& operator=(const JobStarter&) = delete;
+
+  using Done = std::function<void(Expected<sandbox::SpawnedProcess>)>;
+
+  // Forks the helper with a pool of `netns_pool_size` network namespaces (0: none); its
+  // answers are read on `loop`.
+  Status start(uv_loop_t* loop, size_t netns_pool_size);
+  bool running() const { return pid_ > 0; }
+
+  // Plans `box` and spawns `spec` in it (spec.hooks is ignored: the plan's hooks are used).
+  // The loop only sends the request (the fds in it may be closed once this returns); `done`
+  // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
+  // Without the helper, in process and at once. Errors name the failed step.
+  void spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done);
+
+  // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
+  void stop();
+
+ private:
+  Status send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec);
+  void on_reply();
+  void fail_all(const std::string& why);
+  pid_t pid_ = -1;
+  UniqueFd sock_;
+  reactor::UvHandle<uv_poll_t> poll_;
+  std::deque<Done> waiting_;  // answers come in request order
+};
+
+// Plans the sandbox, builds its hooks and spawns (the helper's path, and the runner's fallback).
+// Plan and hooks live as long as this object: the helper keeps them until the child has exec'd,
+// since freeing them earlier would copy the pages the child still shares.
+struct SandboxedSpawn {
+  std::optional<sandbox::SandboxPlan> plan;
+  sandbox::ChildHooks hooks;
+  Expected<sandbox::SpawnedProcess> run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec, int prepared_net_fd);
+};
+
+}  // namespace motor::runner
