@@ -765,7 +765,7 @@ void Runner::start_next() {
   const std::string job_id = job.id();
   if (auto s = job.start(launch, *cgroups_, box); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
-    cpu_claims_.release(launch.cpus);
+    // Job::start recorded the claim first thing: job_finished frees it, exactly once.
     return refuse("workspace_setup_failed", s.error().message);
   }
   // A starter without its helper answers at once, and a refusal has ended the job already.
