@@ -1161,7 +1161,7 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
                                  pending.memory_bytes, job_account_);
   if (auto s = job.start_vm(launch, std::move(spec), *cgroups_); !s) {
     log_error("job {}: could not start its VM: {}", job.id(), s.error().message);
-    cpu_claims_.release(launch.cpus);
+    // Job::start_vm recorded the claim first thing: job_finished frees it, exactly once.
     return false;
   }
   metrics_.observe_queue_wait(static_cast<double>(job.queue_wait_ms()) / 1000.0);
