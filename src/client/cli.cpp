@@ -15,6 +15,7 @@
 #include "client/connection.hpp"
 #include "motor/fd_io.hpp"
 #include "client/exit_codes.hpp"
+#include "client/workspace_sync.hpp"
 #include "protocol/json_writer.hpp"
 #include "protocol/size.hpp"
 
@@ -183,6 +184,7 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
 std::string run_params(const CliOptions& o) {
   protocol::JsonWriter w;
   w.begin_object().field("workspace_key", o.workspace_key).field("cwd", o.cwd);
+  if (!o.repository_root.empty()) w.field("repository_root", o.repository_root);
   if (o.shell_command) {
     w.field("command", *o.shell_command);
   } else {
@@ -264,6 +266,75 @@ void print_result(std::string_view raw) {
   for (auto [key, value] : obj) fmt::print("{}: {}\n", key, simdjson::minify(value));
 }
 
+// Prints a prepare's refusal or local error; returns the exit status for it.
+int report_prepare_failure(const Expected<PrepareOutcome>& r) {
+  if (!r) {
+    fmt::print(stderr, "motor: preparing the workspace: {}{}\n", r.error().message,
+               r.error().code == "transfer_interrupted" ? " (transfer_interrupted: the workspace is as it was)" : "");
+    return r.error().code == "transfer_interrupted" ? kExitTransient : kExitUnavailable;
+  }
+  std::string s = "motor: the runner refused to prepare the workspace: " + r->reason;
+  if (!r->detail.empty()) s += " (" + r->detail + ")";
+  fmt::print(stderr, "{}{}\n", s, r->transient ? "; try again later" : "");
+  return r->transient ? kExitTransient : kExitUnavailable;
+}
+
+// run inside a Git checkout: prepare its workspace, then run in the same relative directory.
+// Not in a checkout: the options as they are. A failure carries the exit status ("exit").
+Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
+  char here[4096];
+  if (!getcwd(here, sizeof here)) return o;
+  auto checkout = find_checkout(here);
+  if (!checkout) return o;  // not a checkout: run in the workspace as it is
+  CliOptions out = o;
+  if (!o.workspace_key_given) out.workspace_key = derive_workspace_key(checkout->root);
+  auto prepared = prepare_workspace(conn, *checkout, out.workspace_key, isatty(STDOUT_FILENO) && !o.json);
+  if (!prepared || !prepared->prepared) return Error{"exit", std::to_string(report_prepare_failure(prepared))};
+  out.repository_root = checkout->root;
+  if (out.cwd.empty()) out.cwd = checkout->rel_cwd;
+  return out;
+}
+
+void print_workspaces(std::string_view raw) {
+  simdjson::dom::parser parser;
+  simdjson::dom::array list;
+  if (parser.parse(raw.data(), raw.size())["result"]["workspaces"].get_array().get(list)) return;
+  fmt::print("{:<32}  {:<12}  {}\n", "WORKSPACE", "TREE", "REPOSITORY");
+  for (auto ws : list) {
+    std::string_view key, tree = "-", repo = "-";
+    if (ws["workspace_key"].get_string().get(key)) {}
+    if (ws["tree_hash"].get_string().get(tree)) {}
+    if (ws["repository_root"].get_string().get(repo)) {}
+    fmt::print("{:<32}  {:<12}  {}\n", key, tree.substr(0, 12), repo);
+  }
+}
+
+int run_workspace(const CliOptions& o, Connection& conn) {
+  if (o.workspace_action == "list") return simple_request(o, conn, "workspace.list", "{}", print_workspaces);
+  if (o.workspace_action == "drop") {
+    protocol::JsonWriter w;
+    w.begin_object().field("workspace_key", o.workspace_key).end_object();
+    return simple_request(o, conn, "workspace.drop", w.str(), print_result);
+  }
+  char here[4096];
+  auto checkout = find_checkout(getcwd(here, sizeof here) ? here : ".");
+  if (!checkout) {
+    fmt::print(stderr, "motor: {}\n", checkout.error().message);
+    return kExitUsage;
+  }
+  const std::string key = o.workspace_key_given ? o.workspace_key : derive_workspace_key(checkout->root);
+  auto prepared = prepare_workspace(conn, *checkout, key, isatty(STDOUT_FILENO) && !o.json);
+  if (!prepared || !prepared->prepared) return report_prepare_failure(prepared);
+  if (o.json) {
+    write_all(STDOUT_FILENO, prepared->raw);
+    write_all(STDOUT_FILENO, "\n");
+  } else {
+    fmt::print("workspace {} prepared: tree {}, {} bundle bytes sent (runner: fetch {} ms, checkout {} ms)\n", key,
+               prepared->tree_hash, prepared->bundle_bytes, prepared->fetch_ms, prepared->checkout_ms);
+  }
+  return 0;
+}
+
 }  // namespace
 
 const char* usage_text() {
@@ -278,6 +349,12 @@ const char* usage_text() {
   motor list [--json]
   motor status --metrics                  (the runner's Prometheus metrics)
   motor drain [--wait] | motor resume     (stop taking new jobs / take them again)
+  motor workspace prepare [-w KEY]        (send this Git checkout's state to its workspace)
+  motor workspace drop KEY | motor workspace list
+
+Inside a Git checkout, `run` first prepares the checkout's workspace (key -w KEY, else derived
+from the checkout's path), then runs in the same directory relative to its root; --no-sync
+skips that. A transfer shows its progress when stdout is a terminal.
 
 The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. Options may come before
 or after other arguments. SIZE takes K, M or G (powers of 1024).
@@ -351,6 +428,9 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       auto v = value();
       if (!v) return v.error();
       o.workspace_key = *v;
+      o.workspace_key_given = true;
+    } else if (name == "--no-sync") {
+      o.no_sync = true;
     } else if (name == "--cwd") {
       auto v = value();
       if (!v) return v.error();
@@ -399,12 +479,26 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
   } else if (o.command == "status") {
     if (extra > 1) return usage("status takes at most one job id");
     if (extra == 1) o.job_id = positional[1];
+  } else if (o.command == "workspace") {
+    if (extra < 1) return usage("workspace needs prepare, drop or list");
+    o.workspace_action = positional[1];
+    if (o.workspace_action == "drop" && extra == 2 && !o.workspace_key_given) {
+      o.workspace_key = positional[2];
+      o.workspace_key_given = true;
+    } else if (extra > 1) {
+      return usage("workspace " + o.workspace_action + " takes no more arguments (the key is -w KEY)");
+    }
+    if (o.workspace_action != "prepare" && o.workspace_action != "drop" && o.workspace_action != "list") {
+      return usage("unknown workspace action \"" + o.workspace_action + "\" (prepare, drop or list)");
+    }
+    if (o.workspace_action == "drop" && !o.workspace_key_given) return usage("workspace drop needs a key: drop KEY or -w KEY");
   } else if (o.command == "list" || o.command == "drain" || o.command == "resume") {
     if (extra > 0) return usage(o.command + " takes no arguments");
   } else {
-    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel, list, drain or resume)");
+    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel, list, drain, resume or workspace)");
   }
   if (o.wait && o.command != "drain") return usage("--wait is for drain");
+  if (o.no_sync && o.command != "run") return usage("--no-sync is for run");
   if (o.metrics && (o.command != "status" || !o.job_id.empty())) return usage("--metrics is for status without a job");
   if (!o.priority.empty() && o.command != "run") return usage("--priority is for run");
   if (o.command != "run" && (!o.argv.empty() || o.shell_command)) return usage("only run takes a command");
@@ -451,7 +545,13 @@ int run_cli(const CliOptions& o) {
       }
       secret = std::move(*s);
     }
-    auto id = run ? conn->request("exec.run", run_params(o)) : conn->request("exec.attach", job_ref_params(o, secret, o.from_seq));
+    CliOptions effective = o;
+    if (run && !o.no_sync) {
+      auto synced = sync_checkout(o, *conn);
+      if (!synced) return synced.error().code == "exit" ? std::atoi(synced.error().message.c_str()) : kExitSoftware;
+      effective = std::move(*synced);
+    }
+    auto id = run ? conn->request("exec.run", run_params(effective)) : conn->request("exec.attach", job_ref_params(o, secret, o.from_seq));
     if (!id) {
       fmt::print(stderr, "motor: {}\n", id.error().message);
       return kExitTransient;
@@ -467,6 +567,7 @@ int run_cli(const CliOptions& o) {
     }
     secret = std::move(*s);
   }
+  if (o.command == "workspace") return run_workspace(o, *conn);
   const std::string job = o.job_id.empty() ? "{}" : job_ref_params(o, secret, std::nullopt);
   if (o.command == "status" && o.metrics) return simple_request(o, *conn, "runner.status", R"({"metrics":true})", print_metrics);
   if (o.command == "status" && o.job_id.empty()) return simple_request(o, *conn, "runner.status", "{}", print_result);

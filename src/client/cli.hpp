@@ -12,9 +12,13 @@
 namespace motor::client {
 
 struct CliOptions {
-  std::string command;                 // run | attach | status | cancel | list | drain | resume
+  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
   std::string workspace_key = "default";
+  bool workspace_key_given = false;          // -w: else run derives one from the checkout
+  bool no_sync = false;                      // run: do not prepare the checkout first
+  std::string workspace_action;              // workspace: prepare | drop | list
+  std::string repository_root;               // run: set once the checkout is prepared
   std::string cwd;
   std::optional<int64_t> timeout_s;
   std::optional<int64_t> cpus;

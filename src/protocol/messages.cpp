@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "protocol/base64.hpp"
@@ -278,6 +279,41 @@ Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view p
   return ref;
 }
 
+bool is_object_id(std::string_view t) {
+  if (t.size() != 40 && t.size() != 64) return false;
+  return std::all_of(t.begin(), t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+Expected<WorkspaceParams> parse_workspace_params(simdjson::dom::parser& parser, std::string_view params_json) {
+  auto obj = parse_params_object(parser, params_json);
+  if (!obj) return obj.error();
+  FieldReader r(*obj, "params.");
+  WorkspaceParams p;
+  std::string data;
+  r.string("workspace_key", [&](std::string s) { p.workspace_key = std::move(s); });
+  r.string("repository_root", [&](std::string s) { p.repository_root = std::move(s); });
+  r.string("tree_hash", [&](std::string s) { p.tree_hash = std::move(s); });
+  r.string_list("siblings", p.siblings, 64);
+  r.string("transfer_id", [&](std::string s) { p.transfer_id = std::move(s); });
+  r.integer("offset", p.offset, 0, INT64_MAX);
+  r.string("data", [&](std::string s) { data = std::move(s); });
+  r.string("commit", [&](std::string s) { p.commit = std::move(s); });
+  r.integer("bundle_bytes", p.bundle_bytes, 0, INT64_MAX);
+  if (r.error()) return *r.error();
+  if (p.repository_root.size() > 4096 || p.repository_root.find('\n') != std::string::npos) {
+    return bad("field \"params.repository_root\" must be one line of at most 4096 bytes");
+  }
+  if (!p.tree_hash.empty() && !is_object_id(p.tree_hash)) return bad("field \"params.tree_hash\" is not a git object id");
+  if (!p.commit.empty() && !is_object_id(p.commit)) return bad("field \"params.commit\" is not a git object id");
+  if (!p.transfer_id.empty() && !is_job_id(p.transfer_id)) return bad("field \"params.transfer_id\" is not a transfer id");
+  if (!data.empty()) {
+    auto bytes = base64_decode(data);
+    if (!bytes) return bad("field \"params.data\" is not standard padded base64");
+    p.data = std::move(*bytes);
+  }
+  return p;
+}
+
 Expected<std::string> parse_identify(simdjson::dom::parser& parser, std::string_view params_json) {
   auto obj = parse_params_object(parser, params_json);
   if (!obj) return obj.error();
@@ -394,9 +430,16 @@ std::string encode_terminal(const TerminalRecord& r) {
   w.key("outcome");
   write_outcome(w, r.outcome);
   w.field("killed", r.killed).field("wall_ms", r.wall_ms).field("queue_wait_ms", r.queue_wait_ms);
-  w.field("bundle_bytes", r.bundle_bytes).field("ran", r.ran).field_null("tree_hash");
-  // Workspace reports come with workspaces (issue 7): null = not computed.
-  w.field_null("workspace_changes").field_null("untracked_files").field_null("ignored_writes").field_null("git_state_changed");
+  w.field("bundle_bytes", r.bundle_bytes).field("ran", r.ran).field("tree_hash", r.tree_hash);
+  // The workspace report (src/workspace/change_report.hpp): null = not computed.
+  if (r.workspace) {
+    w.field_raw("workspace_changes", r.workspace->changes);
+    if (r.workspace->changes_truncated) w.field("workspace_changes_truncated", true);
+    w.field_raw("untracked_files", r.workspace->untracked_files).field_raw("ignored_writes", r.workspace->ignored_writes);
+    w.field_raw("git_state_changed", r.workspace->git_state_changed);
+  } else {
+    w.field_null("workspace_changes").field_null("untracked_files").field_null("ignored_writes").field_null("git_state_changed");
+  }
   w.field("refusal_detail", r.refusal_detail).field("retry_after_ms", r.retry_after_ms);
   w.field_null("pipestatus");
   w.field("oom_killed", r.oom_killed).field("platform", r.platform).field("network", r.network);

@@ -59,6 +59,23 @@ Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view p
 // runner.identify (only from the runner's own account: `motor-runner connect`)
 Expected<std::string> parse_identify(simdjson::dom::parser& parser, std::string_view params_json);
 
+// workspace.prepare / workspace.upload / workspace.finish / workspace.drop (docs/protocol.md,
+// "Workspaces"): one struct, each method reads the fields it needs.
+struct WorkspaceParams {
+  std::string workspace_key = "default";
+  std::string repository_root;
+  std::string tree_hash;               // prepare: the tree the workspace must hold
+  std::vector<std::string> siblings;
+  std::string transfer_id;             // upload, finish
+  std::optional<int64_t> offset;       // upload: where `data` goes in the bundle
+  std::string data;                    // upload: the bundle bytes (decoded from base64)
+  std::string commit;                  // finish: the bundle's commit
+  std::optional<int64_t> bundle_bytes; // finish: the bundle's whole size
+};
+Expected<WorkspaceParams> parse_workspace_params(simdjson::dom::parser& parser, std::string_view params_json);
+// 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+bool is_object_id(std::string_view text);
+
 // A job id: a UUID in canonical lowercase form.
 bool is_job_id(std::string_view text);
 
@@ -98,6 +115,13 @@ std::string encode_started(int64_t seq, int64_t queue_wait_ms, int64_t started_a
 std::string encode_output(int64_t seq, std::string_view stream, std::string_view bytes,
                           std::optional<int64_t> truncated_before_seq = std::nullopt);
 
+// The workspace fields of a terminal record, each one encoded JSON value (src/workspace fills
+// them after the job; absent = the report could not be computed, and they are null).
+struct WorkspaceReportJson {
+  std::string changes, untracked_files, ignored_writes, git_state_changed;
+  bool changes_truncated = false;  // (ext) workspace_changes_truncated
+};
+
 struct TerminalRecord {
   std::string job_id;
   int64_t seq = 0;  // (ext) terminal is the job's last record
@@ -114,6 +138,8 @@ struct TerminalRecord {
   bool cpus_shared = false;           // (ext) its cores were shared (an oversubscribed host)
   std::string platform = "linux";
   std::string network = "offline";
+  std::optional<std::string> tree_hash;          // the prepared tree the job ran against
+  std::optional<WorkspaceReportJson> workspace;  // what the job changed
 };
 std::string encode_terminal(const TerminalRecord& r);
 

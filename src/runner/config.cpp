@@ -87,6 +87,10 @@ init_path = ""
 cache_paths = ""
 # Size cap of each job's private /tmp (a tmpfs).
 job_tmp_size = 1G
+# Workspaces: the account that owns the Git mirrors and parses uploaded bundles (never root),
+# and the largest bundle one workspace.prepare may send.
+workspace_git_user = motor-cache
+max_bundle_size = 1G
 
 # --- Output and history -----------------------------------------------------------------------
 
@@ -366,7 +370,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 49> kKeys = {{
+const std::array<KeySpec, 51> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -534,6 +538,17 @@ const std::array<KeySpec, 49> kKeys = {{
     {"job_tmp_size", false,
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{1} << 20, int64_t{1} << 40, c.job_tmp_bytes);
+     }},
+    {"workspace_git_user", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (auto err = check_account_name(v.scalar, "a user name")) return err;
+       if (v.scalar == "root") return "git never runs as root over uploaded bundles";
+       c.workspace_git_user = v.scalar;
+       return std::nullopt;
+     }},
+    {"max_bundle_size", false,
+     [](Config& c, Value& v) {
+       return to_size(v.scalar, int64_t{1} << 20, int64_t{1} << 40, c.max_bundle_bytes);
      }},
     {"stalled_client_timeout_s", false,
      [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, kYear, c.stalled_client_timeout_s); }},

@@ -57,6 +57,9 @@ struct Config {
   // read-only at the same path.
   std::vector<std::string> cache_paths;
   int64_t job_tmp_bytes = int64_t{1} << 30;
+  // Workspaces: the account owning the Git mirrors (parses bundles), the bundle size limit.
+  std::string workspace_git_user = "motor-cache";
+  int64_t max_bundle_bytes = int64_t{1} << 30;
 
   // Output history kept per job on disk, and per client in flight (backpressure bound).
   int64_t job_log_max_bytes = int64_t{1} << 30;

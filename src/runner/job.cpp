@@ -432,7 +432,26 @@ void Job::maybe_finish() {
   for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
     if (!p->eof || !p->pending.empty()) return;
   }
+  // A job that ran gets its workspace scanned first (a child process); it finishes when the
+  // report arrives. One that never ran (setup failed) changed nothing.
+  if (!report_ready_ && setup_error_.empty()) {
+    if (!report_requested_) {
+      report_requested_ = true;
+      runner_.scan_workspace(*this);
+    }
+    return;
+  }
   finish();
+}
+
+void Job::set_workspace_report(std::optional<std::string> tree_hash, int64_t bundle_bytes,
+                               std::optional<protocol::WorkspaceReportJson> fields) {
+  tree_hash_ = std::move(tree_hash);
+  bundle_bytes_ = bundle_bytes;
+  workspace_report_ = std::move(fields);
+  if (!workspace_report_) log_job(id_, "workspace_changes: not computed (the workspace was never prepared, or the scan failed)");
+  report_ready_ = true;
+  maybe_finish();
 }
 
 protocol::TerminalRecord Job::started_terminal() const {
@@ -460,6 +479,9 @@ void Job::finish() {
   oom_poll_.close();  // before remove(): v1 signals the eventfd when the cgroup goes
   oom_recheck_.close();
   oom_watch_.reset();
+  t.tree_hash = tree_hash_;
+  t.bundle_bytes = bundle_bytes_;
+  t.workspace = workspace_report_;
   const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
   if (refused) {
     t.outcome.kind = protocol::Outcome::Kind::kRefusedBeforeStart;

@@ -66,6 +66,10 @@ class Job : private vm::VmJobSink {
   static std::unique_ptr<Job> restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
                                       std::string summary, int64_t created_at_ms, std::string terminal_json);
 
+  // What the job changed in its workspace (Runner::scan_workspace); the job then finishes.
+  void set_workspace_report(std::optional<std::string> tree_hash, int64_t bundle_bytes,
+                            std::optional<protocol::WorkspaceReportJson> fields);
+
   // Kills the whole tree; the terminal record says why.
   void cancel();
   void kill_for_shutdown();
@@ -176,6 +180,11 @@ class Job : private vm::VmJobSink {
   bool kill_issued_ = false;
   int leftover_polls_ = 0;  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   std::string terminal_json_;
+  // The workspace report, asked for once the processes are gone and before the terminal record.
+  bool report_requested_ = false, report_ready_ = false;
+  std::optional<std::string> tree_hash_;
+  int64_t bundle_bytes_ = 0;
+  std::optional<protocol::WorkspaceReportJson> workspace_report_;
 
   reactor::UvHandle<uv_poll_t> pidfd_poll_;
   reactor::UvHandle<uv_poll_t> setup_poll_;   // the child's setup status: EOF once exec'd

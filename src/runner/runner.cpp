@@ -37,9 +37,6 @@ namespace {
 
 using protocol::JsonWriter;
 
-constexpr int64_t kRetryWhenFullMs = 5000;
-constexpr int64_t kRetryWhenDrainingMs = 30000;
-constexpr int64_t kRetryWhenDiskFullMs = 60000;
 constexpr uint64_t kExitFlushMs = 2000;
 constexpr size_t kListLimit = 500;
 constexpr uint64_t kMetricsEveryMs = 15000;
@@ -194,6 +191,7 @@ Status Runner::start() {
   metrics_.set_cpus_total(static_cast<double>(cpu_claims_.cpu_count()));
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
+  if (auto s = start_workspaces(); !s) return s;
   if (auto s = recover(); !s) return s;
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
@@ -421,6 +419,7 @@ void Runner::session_opened(Session* session) {
 
 void Runner::session_closed(Session& session) {
   sessions_.erase(&session);
+  if (workspaces_) workspaces_->session_closed(&session);
   for (const auto& id : std::vector<std::string>(session.followed_jobs())) {
     if (auto it = jobs_.find(id); it != jobs_.end()) it->second->unfollow(session);
   }
@@ -452,6 +451,7 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
   if (m == "exec.status") return handle_status(session, r);
   if (m == "exec.list") return handle_list(session, r);
   if (m == "runner.status") return handle_runner_status(session, r);
+  if (m.starts_with("workspace.")) return handle_workspace(session, r);
   if (m == "runner.drain") return handle_drain(session, r, true);
   if (m == "runner.resume") return handle_drain(session, r, false);
   if (m == "runner.hello") {
@@ -685,8 +685,9 @@ void Runner::start_next() {
     uv_idle_stop(starter_.get());
     return;
   }
-  // FIFO: the head waits for room, and nothing behind it jumps ahead.
-  if (!fits(*head)) {
+  // FIFO: the head waits for room (and for a prepare of its workspace), nothing jumps ahead.
+  auto head_job = jobs_.find(head->job_id);
+  if (!fits(*head) || (head_job != jobs_.end() && workspaces_->busy(head_job->second->caller(), head_job->second->workspace_key()))) {
     uv_idle_stop(starter_.get());  // admission runs again when a job finishes
     return;
   }

@@ -28,10 +28,16 @@
 #include "runner/vm_host.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
+#include "workspace/workspaces.hpp"
 
 namespace motor::runner {
 
 class Session;
+
+// Retry hints of transient refusals.
+inline constexpr int64_t kRetryWhenFullMs = 5000;
+inline constexpr int64_t kRetryWhenDrainingMs = 30000;
+inline constexpr int64_t kRetryWhenDiskFullMs = 60000;
 
 class Runner {
  public:
@@ -62,6 +68,11 @@ class Runner {
   void job_start_failed(Job& job, const std::string& detail);
   void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
+  // A job's processes are gone: its workspace is scanned for what it changed, then the job
+  // gets the report (Job::set_workspace_report) and finishes.
+  void scan_workspace(Job& job);
+  // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
+  workspace::Workspaces* workspaces() { return workspaces_.get(); }
 
  private:
   Status recover();
@@ -73,6 +84,9 @@ class Runner {
   void handle_status(Session& session, const protocol::Request& request);
   void handle_list(Session& session, const protocol::Request& request);
   void handle_runner_status(Session& session, const protocol::Request& request);
+  // workspace.* (runner/workspace_requests.cpp)
+  Status start_workspaces();
+  void handle_workspace(Session& session, const protocol::Request& request);
   void start_next();
   void schedule_admission();
   void expire_queue();
@@ -130,6 +144,7 @@ class Runner {
   std::vector<std::function<void()>> after_save_;
   StateWriter state_writer_;
   JobStarter job_starter_;
+  std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time

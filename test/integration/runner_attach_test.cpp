@@ -329,7 +329,7 @@ TEST_F(RunnerAttach, RunReattachesByItselfAndNeverRerunsTheJob) {
     const int out = ::open((runner_->dir() + "/client.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(out, 1);
     dup2(out, 2);
-    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner_->socket().c_str(), "run", "-c",
+    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner_->socket().c_str(), "run", "--no-sync", "-c",
           "echo ran >> /workspace/runs; echo started; sleep 30", static_cast<char*>(nullptr));
     _exit(127);
   }

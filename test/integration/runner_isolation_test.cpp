@@ -700,7 +700,7 @@ TEST_F(RunnerIsolation, EnvFilter_SecretCanariesNeverReachTheJob) {
 // requested SSH_AUTH_SOCK nor the client's own one reaches the job.
 TEST_F(RunnerIsolation, EnvFilter_SshAuthSockNeverCrosses) {
   const std::string m = marker();
-  auto r = run_program({MOTOR_CLIENT_BIN, "--socket", runner_->socket(), "run", "--env",
+  auto r = run_program({MOTOR_CLIENT_BIN, "--socket", runner_->socket(), "run", "--no-sync", "--env",
                         "SSH_AUTH_SOCK=/tmp/agent-" + m + ".sock", "--env", "SSH_ASKPASS_REQUIRE=never", "-c",
                         "env; tr '\\0' '\\n' < /proc/1/environ"},
                        {"SSH_AUTH_SOCK=/tmp/client-agent-" + m + ".sock"});

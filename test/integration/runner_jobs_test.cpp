@@ -113,7 +113,7 @@ TEST_F(RunnerJobs, TreeReallyHadFiftyProcessesBeforeTheKill) {
   const std::string command = process_tree_command();
   pid_t client = fork();
   if (client == 0) {
-    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner_->socket().c_str(), "run", "--timeout", "20", "-c",
+    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner_->socket().c_str(), "run", "--no-sync", "--timeout", "20", "-c",
           command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

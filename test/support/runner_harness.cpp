@@ -86,7 +86,7 @@ int64_t peak_rss_bytes(pid_t pid) {
 }
 
 CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add,
-                          std::chrono::seconds timeout) {
+                          std::chrono::seconds timeout, const std::string& cwd) {
   CommandResult r;
   const std::string dir = make_temp_dir();
   const std::string out_path = dir + "/out", err_path = dir + "/err";
@@ -98,6 +98,7 @@ CommandResult run_program(const std::vector<std::string>& argv, const std::vecto
     dup2(in, 0);
     dup2(out, 1);
     dup2(err, 2);
+    if (!cwd.empty() && chdir(cwd.c_str()) < 0) _exit(127);
     for (const auto& e : env_add) putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -221,9 +222,15 @@ std::string RunnerProcess::workspace(const std::string& key, const std::string& 
 std::string RunnerProcess::log() const { return read_file(log_path_); }
 
 CommandResult RunnerProcess::client(const std::vector<std::string>& args, std::chrono::seconds timeout) const {
+  // From the runner's own directory, which is in no Git checkout: `run` does not sync one.
+  return client_in(dir_, args, {}, timeout);
+}
+
+CommandResult RunnerProcess::client_in(const std::string& cwd, const std::vector<std::string>& args,
+                                       const std::vector<std::string>& env_add, std::chrono::seconds timeout) const {
   std::vector<std::string> argv{MOTOR_CLIENT_BIN, "--socket", socket_};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_program(argv, {}, timeout);
+  return run_program(argv, env_add, timeout, cwd);
 }
 
 RawClient::RawClient(const std::string& socket_path) {

@@ -39,9 +39,9 @@ struct CommandResult {
   int exit_code = -1;
   std::string out, err;
 };
-// Runs a program with the given environment additions; waits at most `timeout`.
+// Runs a program with the given environment additions (in `cwd` if given); waits at most `timeout`.
 CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add = {},
-                          std::chrono::seconds timeout = std::chrono::seconds(120));
+                          std::chrono::seconds timeout = std::chrono::seconds(120), const std::string& cwd = "");
 
 class RunnerProcess {
  public:
@@ -65,6 +65,10 @@ class RunnerProcess {
   const std::string& cgroup_parent() const { return cgroup_parent_; }
   // Runs the `motor` client against this runner.
   CommandResult client(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) const;
+  // The same from directory `cwd` (e.g. inside a Git checkout, which `run` then syncs).
+  CommandResult client_in(const std::string& cwd, const std::vector<std::string>& args,
+                          const std::vector<std::string>& env_add = {},
+                          std::chrono::seconds timeout = std::chrono::seconds(120)) const;
 
  private:
   std::string dir_, state_dir_, socket_, config_path_, log_path_, cgroup_parent_;

@@ -1,0 +1,124 @@
+// Workspace prepare (issue 7) against its peers, measured in the same run (bench/README.md).
+//
+//  1. First prepare of a 10,000-file checkout into a new workspace (fresh client cache, fresh
+//     runner mirror, empty workspace), end to end through `motor workspace prepare`, against
+//     `git clone --no-local` of the same repository and `rsync -a` of the same tree (no .git)
+//     into an empty directory.
+//  2. Incremental prepare after a one-line edit of one file, against `rsync -a` of the whole
+//     tree onto an up-to-date copy after the same edit. Goal: within 2x of rsync.
+//  3. The changed-paths scan after a job, with 100,000 files in the workspace's (ignored)
+//     target/: `motor run --no-sync -c true` end to end, against the same with no target/.
+// Medians of N runs each, interleaved. Run as root (it starts a runner).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "stats.hpp"
+#include "support/runner_harness.hpp"
+
+namespace {
+
+using motor::bench::median;
+using motor::test::CommandResult;
+using motor::test::RunnerProcess;
+using Clock = std::chrono::steady_clock;
+
+double timed_ms(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}, const std::string& cwd = "",
+                CommandResult* out = nullptr) {
+  const auto t0 = Clock::now();
+  auto r = motor::test::run_program(argv, env, std::chrono::seconds(600), cwd);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (r.exit_code != 0) fmt::print(stderr, "failed ({}): {} {}\n", r.exit_code, argv[0], r.err);
+  if (out) *out = r;
+  return ms;
+}
+
+void sh(const std::string& script, const std::string& cwd = "/") {
+  auto r = motor::test::run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(600), cwd);
+  if (r.exit_code != 0) fmt::print(stderr, "setup failed: {}\n{}\n", script, r.err);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (geteuid() != 0) {
+    fmt::print(stderr, "run as root: the benchmark starts a runner\n");
+    return 1;
+  }
+  const int n = argc > 1 ? std::atoi(argv[1]) : 5;
+  const std::string base = motor::test::make_temp_dir();
+  const std::string repo = base + "/repo";
+  // 100 directories of 100 files of ~300 bytes, committed, and a .gitignore naming target/.
+  sh(fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
+                 "printf 'target/\\n' > .gitignore && for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
+                 "printf 'directory %s file %s %0280d\\n' $d $f 0 > d$d/f$f.txt; done; done && git add -A && "
+                 "git commit -qm tree",
+                 repo));
+  RunnerProcess runner;
+  if (!runner.start()) {
+    fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
+    return 1;
+  }
+  const std::string client = MOTOR_CLIENT_BIN;
+  auto motor = [&](const std::vector<std::string>& args, const std::string& cache, CommandResult* out = nullptr) {
+    std::vector<std::string> a{client, "--socket", runner.socket()};
+    a.insert(a.end(), args.begin(), args.end());
+    return timed_ms(a, {"XDG_CACHE_HOME=" + cache}, repo, out);
+  };
+
+  std::vector<double> first_motor, first_clone, first_rsync;
+  for (int i = 0; i < n; ++i) {
+    const std::string cache = fmt::format("{}/cache-first-{}", base, i);
+    sh(fmt::format("rm -rf {}/mirrors/root", runner.state_dir()));
+    first_motor.push_back(motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, cache));
+    motor({"workspace", "drop", fmt::format("first{}", i)}, cache);
+    first_clone.push_back(timed_ms({"/usr/bin/git", "clone", "-q", "--no-local", repo, fmt::format("{}/clone{}", base, i)}));
+    first_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", fmt::format("{}/rsync{}/", base, i)}));
+    sh(fmt::format("rm -rf {0}/clone{1} {0}/rsync{1}", base, i));
+  }
+
+  // Incremental: one workspace and one rsync copy, both up to date; then edit, sync, repeat.
+  const std::string cache = base + "/cache-incremental";
+  const std::string copy = base + "/copy/";
+  motor({"workspace", "prepare", "-w", "inc"}, cache);
+  timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", copy});
+  std::vector<double> inc_motor, inc_rsync;
+  int64_t inc_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    sh(fmt::format("echo edit {} >> d50/f50.txt", i), repo);
+    CommandResult r;
+    inc_motor.push_back(motor({"workspace", "prepare", "-w", "inc"}, cache, &r));
+    if (auto at = r.out.find(", "); at != std::string::npos) inc_bytes = std::atoll(r.out.c_str() + at + 2);
+    inc_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", copy}));
+  }
+
+  // The scan: a job in a workspace with and without 100,000 files in target/.
+  motor({"workspace", "prepare", "-w", "scan-big"}, cache);
+  motor({"workspace", "prepare", "-w", "scan-small"}, cache);
+  const std::string big = runner.workspace("scan-big");
+  sh(fmt::format("mkdir -p {0}/target && cd {0}/target && for d in $(seq 1 100); do mkdir d$d; (cd d$d && "
+                 "seq 1 1000 | sed 's/$/.o/' | xargs touch); done && chown -R motor-job:motor-job {0}/target",
+                 big));
+  std::vector<double> scan_big, scan_small;
+  for (int i = 0; i < n; ++i) {
+    scan_big.push_back(motor({"run", "--no-sync", "-w", "scan-big", "-c", "true"}, cache));
+    scan_small.push_back(motor({"run", "--no-sync", "-w", "scan-small", "-c", "true"}, cache));
+  }
+
+  fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms)\n", n);
+  fmt::print("  first:       motor {:8.1f}   git clone --no-local {:8.1f}   rsync -a {:8.1f}   motor/rsync {:.2f}x\n",
+             median(first_motor), median(first_clone), median(first_rsync), median(first_motor) / median(first_rsync));
+  fmt::print("  incremental: motor {:8.1f}   rsync -a (whole tree) {:8.1f}   motor/rsync {:.2f}x (goal <= 2x); "
+             "bundle {} bytes\n",
+             median(inc_motor), median(inc_rsync), median(inc_motor) / median(inc_rsync), inc_bytes);
+  fmt::print("  job + scan:  100,000-file target/ {:8.1f}   no target/ {:8.1f}   difference {:.1f} ms\n", median(scan_big),
+             median(scan_small), median(scan_big) - median(scan_small));
+  runner.stop();
+  motor::test::remove_tree(base);
+  return 0;
+}

@@ -1,0 +1,331 @@
+#include "client/workspace_sync.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "motor/unique_fd.hpp"
+#include "protocol/base64.hpp"
+#include "protocol/json_writer.hpp"
+
+extern char** environ;
+
+namespace motor::client {
+namespace {
+
+struct GitRun {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs git with the caller's environment plus `extra`; collects stdout and stderr.
+Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    bool overridden = false;
+    for (const auto& x : extra) overridden |= v.substr(0, v.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
+    if (!overridden) env_store.emplace_back(v);
+  }
+  env_store.insert(env_store.end(), extra.begin(), extra.end());
+  std::vector<char*> env, argv;
+  for (auto& e : env_store) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> all{"git"};
+  all.insert(all.end(), args.begin(), args.end());
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, "git", &fa, nullptr, argv.data(), env.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  close(err[1]);
+  UniqueFd o(out[0]), e(err[0]);
+  if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
+  GitRun r;
+  pollfd fds[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// git that must succeed: its trimmed stdout, or an error quoting git.
+Expected<std::string> git_ok(const std::vector<std::string>& args, const std::vector<std::string>& extra = {}) {
+  auto r = git(args, extra);
+  if (!r) return r.error();
+  if (r->status != 0) {
+    return Error{"git", fmt::format("git {} failed: {}", args.size() > 2 ? args[2] : args[0], trimmed(r->err))};
+  }
+  return trimmed(r->out);
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool file_exists(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0;
+}
+
+Status copy_file(const std::string& from, const std::string& to) {
+  UniqueFd in(open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return Error{"io", fmt::format("reading {}: {}", from, std::strerror(errno))};
+  UniqueFd out(open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!out) return Error{"io", fmt::format("writing {}: {}", to, std::strerror(errno))};
+  char buf[65536];
+  for (ssize_t n; (n = read(in.get(), buf, sizeof buf)) > 0;) {
+    if (write(out.get(), buf, static_cast<size_t>(n)) != n) return Error{"io", "writing " + to};
+  }
+  return {};
+}
+
+// The reply to request `id` (stream records of other requests are not expected here).
+Expected<protocol::Message> reply_to(Connection& conn, int64_t id) {
+  for (;;) {
+    auto m = conn.read();
+    if (!m) return Error{"transfer_interrupted", "the connection to the runner broke: " + m.error().message};
+    if (m->id == id && m->kind != protocol::Message::Kind::kRecord) return m;
+  }
+}
+
+// Reads the final outcome of a prepare from a result; false if the result has none yet.
+bool read_outcome(simdjson::dom::parser& parser, const std::string& raw, PrepareOutcome& out) {
+  simdjson::dom::element result;
+  if (parser.parse(raw)["result"].get(result)) return false;
+  simdjson::dom::element outcome;
+  if (result["outcome"].get(outcome) || outcome.is_null()) return false;
+  std::string_view type, reason, detail, tree;
+  if (outcome["type"].get_string().get(type)) {}
+  out.raw = raw;
+  out.prepared = type == "prepared";
+  if (!outcome["reason"].get_string().get(reason)) out.reason = std::string(reason);
+  if (!result["refusal_detail"].get_string().get(detail)) out.detail = std::string(detail);
+  if (!result["tree_hash"].get_string().get(tree)) out.tree_hash = std::string(tree);
+  int64_t n = 0;
+  if (!result["bundle_bytes"].get_int64().get(n)) out.bundle_bytes = n;
+  if (!result["fetch_ms"].get_int64().get(n)) out.fetch_ms = n;
+  if (!result["checkout_ms"].get_int64().get(n)) out.checkout_ms = n;
+  out.transient = !result["retry_after_ms"].is_null();
+  return true;
+}
+
+void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_point start, bool done) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double rate = s > 0 ? static_cast<double>(sent) / s : 0;
+  fmt::print(stderr, "\rmotor: sending the workspace: {:.1f} / {:.1f} MiB ({:.1f} MiB/s){}", static_cast<double>(sent) / 1048576.0,
+             static_cast<double>(total) / 1048576.0, rate / 1048576.0, done ? "\n" : "");
+}
+
+}  // namespace
+
+Expected<Checkout> find_checkout(const std::string& dir) {
+  auto r = git({"-C", dir, "rev-parse", "--show-toplevel", "--show-prefix"});
+  if (!r) return r.error();
+  if (r->status != 0) return Error{"not_a_checkout", dir + " is not inside a Git checkout"};
+  const std::string out = r->out;
+  const auto nl = out.find('\n');
+  if (nl == std::string::npos) return Error{"not_a_checkout", "git rev-parse said nothing"};
+  Checkout c;
+  c.root = out.substr(0, nl);
+  c.rel_cwd = trimmed(out.substr(nl + 1));
+  while (!c.rel_cwd.empty() && c.rel_cwd.back() == '/') c.rel_cwd.pop_back();
+  return c;
+}
+
+std::string derive_workspace_key(const std::string& root) {
+  std::string base = root.substr(root.rfind('/') + 1);
+  std::string safe;
+  for (char c : base) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    safe.push_back(ok ? c : '_');
+  }
+  while (!safe.empty() && safe[0] == '.') safe.erase(0, 1);
+  if (safe.size() > 100) safe.resize(100);
+  if (safe.empty()) safe = "checkout";
+  return fmt::format("{}-{:08x}", safe, static_cast<uint32_t>(fnv1a(root)));
+}
+
+Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
+                                           bool progress) {
+  const std::string& root = checkout.root;
+  auto paths = git_ok({"-C", root, "rev-parse", "--path-format=absolute", "--git-path", "objects", "--git-path", "index"});
+  if (!paths) return paths.error();
+  const auto nl = paths->find('\n');
+  if (nl == std::string::npos) return Error{"git", "git rev-parse --git-path: unexpected output"};
+  const std::string objects_dir = paths->substr(0, nl), index_path = paths->substr(nl + 1);
+  const std::string* objects = &objects_dir;
+  const std::string* index = &index_path;
+
+  // The private cache repository: objects of synthetic commits, the private index (its stat
+  // data makes the next `git add` hash only what changed) and the last bundled commits.
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  const char* home = getenv("HOME");
+  std::string cache_base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
+  const std::string cache = fmt::format("{}/motor/repos/{:016x}.git", cache_base, fnv1a(*objects));
+  if (!file_exists(cache + "/HEAD")) {
+    if (auto s = git_ok({"init", "-q", "--bare", cache}); !s) return s.error();
+    if (auto s = git_ok({"--git-dir=" + cache, "config", "gc.auto", "0"}); !s) return s.error();
+    const std::string alternates = cache + "/objects/info/alternates";
+    UniqueFd f(open(alternates.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    const std::string line = *objects + "\n";
+    if (!f || write(f.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      return Error{"io", "writing " + alternates};
+    }
+  }
+  const std::string private_index = cache + "/motor-index";
+  if (!file_exists(private_index) && file_exists(*index)) {
+    if (auto s = copy_file(*index, private_index); !s) return s.error();
+  }
+  const std::vector<std::string> private_env = {"GIT_INDEX_FILE=" + private_index, "GIT_OBJECT_DIRECTORY=" + cache + "/objects"};
+  if (auto s = git_ok({"-C", root, "add", "-A", "--", "."}, private_env); !s) return s.error();
+  auto tree = git_ok({"-C", root, "write-tree"}, private_env);
+  if (!tree) return tree.error();
+
+  simdjson::dom::parser parser;
+  protocol::JsonWriter w;
+  w.begin_object().field("workspace_key", key).field("repository_root", root).field("tree_hash", *tree).end_object();
+  auto id = conn.request("workspace.prepare", w.str());
+  if (!id) return Error{"transfer_interrupted", id.error().message};
+  auto first = reply_to(conn, *id);
+  if (!first) return first.error();
+  if (first->kind == protocol::Message::Kind::kError) return Error{first->error_code, first->error_message};
+  PrepareOutcome outcome;
+  if (read_outcome(parser, first->raw, outcome)) return outcome;
+
+  simdjson::dom::element result;
+  if (parser.parse(first->raw)["result"].get(result)) return Error{"bad_reply", "workspace.prepare: no result"};
+  std::string_view tid_view;
+  if (result["transfer_id"].get_string().get(tid_view)) return Error{"bad_reply", "workspace.prepare: no transfer_id"};
+  const std::string transfer_id(tid_view);
+  int64_t chunk = 512 * 1024, max_bundle = INT64_MAX;
+  if (result["chunk_bytes"].get_int64().get(chunk)) {}
+  if (result["max_bundle_bytes"].get_int64().get(max_bundle)) {}
+  std::vector<std::string> have;
+  simdjson::dom::array have_list;
+  if (!result["have"].get_array().get(have_list)) {
+    for (auto h : have_list) {
+      std::string_view c;
+      if (!h.get_string().get(c) && protocol::is_object_id(c)) have.emplace_back(c);
+    }
+  }
+  // Prerequisites: what the runner has that we still have; the first becomes the parent, so
+  // the bundle holds only the objects that differ from it.
+  std::vector<std::string> known;
+  for (const auto& h : have) {
+    if (auto r = git({"--git-dir=" + cache, "cat-file", "-e", h + "^{commit}"}); r && r->status == 0) known.push_back(h);
+  }
+  const std::vector<std::string> fixed_identity = {
+      "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
+      "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
+  std::vector<std::string> commit_args = {"--git-dir=" + cache, "commit-tree", *tree, "-m", "motor workspace " + key};
+  if (!known.empty()) {
+    commit_args.push_back("-p");
+    commit_args.push_back(known.front());
+  }
+  auto commit = git_ok(commit_args, fixed_identity);
+  if (!commit) return commit.error();
+  if (auto s = git_ok({"--git-dir=" + cache, "update-ref", "refs/motor/synthetic", *commit}); !s) return s.error();
+  if (auto s = git_ok({"--git-dir=" + cache, "update-ref", "refs/motor/keep/" + key, *commit}); !s) return s.error();
+  const std::string bundle = cache + "/motor-" + std::to_string(getpid()) + ".bundle";
+  std::vector<std::string> bundle_args = {"--git-dir=" + cache, "bundle", "create", "-q", bundle, "refs/motor/synthetic"};
+  for (const auto& k : known) bundle_args.push_back("^" + k);
+  auto made = git_ok(bundle_args);
+  if (!made) return made.error();
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { unlink(path.c_str()); }
+  } cleanup{bundle};
+  UniqueFd fd(open(bundle.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || fstat(fd.get(), &st) < 0) return Error{"io", "reading the bundle " + bundle};
+  const int64_t total = st.st_size;
+  if (total > max_bundle) {
+    return Error{"bundle_rejected", fmt::format("the bundle is {} bytes, over the runner's limit of {} bytes "
+                                                "(max_bundle_size); nothing was sent",
+                                                total, max_bundle)};
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  auto last_shown = start;
+  std::string data(static_cast<size_t>(chunk), '\0');
+  int64_t sent = 0;
+  while (sent < total) {
+    const ssize_t n = pread(fd.get(), data.data(), data.size(), sent);
+    if (n <= 0) return Error{"io", "reading the bundle"};
+    protocol::JsonWriter u;
+    u.begin_object().field("transfer_id", transfer_id).field("offset", sent).key("data");
+    u.base64(std::string_view(data.data(), static_cast<size_t>(n))).end_object();
+    auto uid = conn.request("workspace.upload", u.str());
+    if (!uid) return Error{"transfer_interrupted", uid.error().message};
+    auto r = reply_to(conn, *uid);
+    if (!r) return r.error();
+    if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
+    if (read_outcome(parser, r->raw, outcome)) {
+      if (progress) fmt::print(stderr, "\n");
+      return outcome;
+    }
+    sent += n;
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && (now - last_shown > std::chrono::milliseconds(200) || sent == total)) {
+      show_progress(sent, total, start, sent == total);
+      last_shown = now;
+    }
+  }
+  protocol::JsonWriter f;
+  f.begin_object().field("transfer_id", transfer_id).field("commit", *commit).field("bundle_bytes", total).end_object();
+  auto fid = conn.request("workspace.finish", f.str());
+  if (!fid) return Error{"transfer_interrupted", fid.error().message};
+  auto r = reply_to(conn, *fid);
+  if (!r) return r.error();
+  if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
+  if (!read_outcome(parser, r->raw, outcome)) return Error{"bad_reply", "workspace.finish: no outcome"};
+  return outcome;
+}
+
+}  // namespace motor::client

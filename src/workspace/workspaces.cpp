@@ -1,0 +1,708 @@
+#include "workspace/workspaces.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "motor/sys_error.hpp"
+#include "motor/unique_fd.hpp"
+#include "protocol/json_writer.hpp"
+#include "reactor/slow_call.hpp"
+#include "workspace/child_process.hpp"
+#include "workspace/workspace_dir.hpp"
+
+namespace motor::workspace {
+namespace {
+
+// Raw bundle bytes per workspace.upload: base64 of this is ~683 KiB, well inside a 1 MiB frame.
+constexpr size_t kChunkBytes = 512 * 1024;
+constexpr uint64_t kMirrorTimeoutMs = 600000;
+constexpr uint64_t kCheckoutTimeoutMs = 900000;
+constexpr uint64_t kScanTimeoutMs = 300000;
+// Ref the client's bundle carries (docs/protocol.md "Workspaces").
+constexpr const char* kBundleRef = "refs/motor/synthetic";
+
+// Fetches the bundle into the mirror and checks it holds the announced commit and tree.
+// Runs as the mirror account; its inputs are the runner's mirror and the uploaded file.
+// Exit 10: bundle rejected; 11: tree hash mismatch; 13: not the announced commit; 12: other.
+constexpr const char* kMirrorScript = R"sh(set -u
+m=$1 b=$2 key=$3 tid=$4 commit=$5 tree=$6
+if [ ! -f "$m/HEAD" ]; then git init -q --bare "$m" || exit 12; fi
+git --git-dir="$m" fetch -q --no-tags --no-write-fetch-head "$b" "+refs/motor/synthetic:refs/motor/incoming/$tid" || exit 10
+ids=$(git --git-dir="$m" rev-parse "refs/motor/incoming/$tid^{commit}" "refs/motor/incoming/$tid^{tree}") || exit 10
+got=${ids%%[!0-9a-f]*} gottree=${ids##*[!0-9a-f]}
+if [ "$got" != "$commit" ] || [ "$gottree" != "$tree" ]; then
+  git --git-dir="$m" update-ref -d "refs/motor/incoming/$tid"
+  [ "$got" = "$commit" ] || { echo "the bundle holds commit $got" >&2; exit 13; }
+  echo "the bundle's tree is $gottree" >&2
+  exit 11
+fi
+printf 'delete refs/motor/incoming/%s\nupdate refs/motor/ws/%s %s\n' "$tid" "$key" "$got" |
+  git --git-dir="$m" update-ref --stdin || exit 12
+)sh";
+
+// Updates the workspace to exactly the commit's tree, in the sandbox as the job account, with
+// the runner's git dir (/meta/git, objects from the read-only mirror) and index (/meta/index,
+// which holds the stat data of the last checkout). Only files whose content differs are
+// rewritten, so unchanged files keep their mtimes. "clean" (no job changed anything since the
+// last checkout): a two-way read-tree from the last commit touches only the paths that differ
+// between the two trees. Otherwise: a refresh re-hashes files whose stat data moved, a reset
+// restores what jobs changed, and untracked files are removed; ignored ones (target/) stay.
+// A .git a job made is removed either way.
+constexpr const char* kCheckoutScript = R"sh(set -u
+commit=$1 mode=$2
+export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
+if [ ! -f /meta/git/HEAD ]; then
+  env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
+  git config core.bare false || exit 12
+  mode=full
+fi
+echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
+if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
+if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
+  git update-index -q --refresh >/dev/null 2>&1
+  git read-tree --reset -u "$commit" || exit 12
+  git clean -ffdq || exit 12
+fi
+git update-ref --no-deref HEAD "$commit" || exit 12
+)sh";
+
+// What the job changed against the prepared tree (the runner's index), then the state of a
+// .git the job made (only if it is a real directory), read with commands that run no hooks,
+// filters or fsmonitor; every command-line override in git_env() applies on top of its config.
+constexpr const char* kScanScript = R"sh(set -u
+export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
+cd /workspace || exit 20
+git status --porcelain=v1 -z --untracked-files=all --ignored=matching --no-renames || exit 20
+printf '\nMOTOR-GIT-STATE\n'
+unset GIT_WORK_TREE GIT_INDEX_FILE
+if [ -d .git ] && [ ! -L .git ]; then
+  export GIT_DIR=/workspace/.git
+  echo present=1
+  echo "head=$(git rev-parse -q --verify HEAD 2>/dev/null)"
+  echo "ref=$(git symbolic-ref -q HEAD 2>/dev/null)"
+  echo "index_tree=$(git write-tree 2>/dev/null)"
+  echo "stash_count=$(git rev-list --walk-reflogs --count refs/stash 2>/dev/null || echo 0)"
+else
+  echo present=0
+fi
+)sh";
+
+// Empties a dropped workspace (moved aside) and the runner's git dir for it, as the job
+// account in the sandbox: never as root over what a job wrote. Neither follows symlinks.
+constexpr const char* kDropScript = R"sh(chmod -R u+rwX /workspace /meta 2>/dev/null
+find /workspace /meta -mindepth 1 -delete
+)sh";
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string id_key(const std::string& caller, const std::string& key) { return caller + "/" + key; }
+
+// FNV-1a: a stable directory name for a repository root (collisions only ever mix objects of
+// one caller's own repositories, which git keeps apart by hash anyway).
+std::string path_hash(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+Status ensure_owned_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
+  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
+  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " is not a directory");
+  if ((st.st_uid != uid || st.st_gid != gid) && chown(path.c_str(), uid, gid) < 0) return sys_error("chown " + path);
+  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
+  return {};
+}
+
+std::string refusal_json(const std::string& reason) {
+  protocol::JsonWriter w;
+  protocol::Outcome o;
+  o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+  o.reason = reason;
+  protocol::write_outcome(w, o);
+  return w.take();
+}
+
+}  // namespace
+
+struct Workspaces::Transfer {
+  std::string id, caller, key, repository_root, tree;
+  const void* session = nullptr;
+  int64_t request_id = 0;
+  std::string path;  // the bundle as uploaded so far
+  UniqueFd fd;
+  int64_t received = 0;
+  uint64_t last_activity_ms = 0;
+};
+
+Workspaces::Workspaces(uv_loop_t* loop, WorkspaceSettings settings, JobsRunning jobs_running)
+    : loop_(loop), s_(std::move(settings)), jobs_running_(std::move(jobs_running)) {}
+
+Workspaces::~Workspaces() {
+  *alive_ = false;
+  for (auto& [id, t] : transfers_) unlink(t->path.c_str());
+  if (expiry_) uv_close(reinterpret_cast<uv_handle_t*>(expiry_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+}
+
+std::string Workspaces::mirror_path(const std::string& caller, const std::string& repository_root) const {
+  return s_.state_dir + "/mirrors/" + caller + "/" + path_hash(repository_root) + ".git";
+}
+std::string Workspaces::meta_dir(const std::string& caller, const std::string& key) const {
+  return s_.state_dir + "/workspace-git/" + caller + "/" + key;
+}
+std::string Workspaces::record_path(const std::string& caller, const std::string& key) const {
+  return s_.state_dir + "/workspace-git/" + caller + "/" + key + ".record";
+}
+
+Status Workspaces::start() {
+  // Mirrors and uploads belong to the mirror account and are out of every job's reach; the
+  // runner's per-workspace git dirs sit below a root-only directory.
+  if (auto st = ensure_owned_dir(s_.state_dir + "/mirrors", 0700, s_.mirror_uid, s_.mirror_gid); !st) return st;
+  if (auto st = ensure_owned_dir(s_.state_dir + "/transfers", 0700, s_.mirror_uid, s_.mirror_gid); !st) return st;
+  if (auto st = ensure_owned_dir(s_.state_dir + "/workspace-git", 0700, 0, 0); !st) return st;
+  if (auto st = ensure_owned_dir(s_.state_dir + "/workspace-trash", 0700, 0, 0); !st) return st;
+  // Uploads of a runner that stopped are incomplete by definition.
+  if (DIR* d = opendir((s_.state_dir + "/transfers").c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+  }
+  // Records of prepared workspaces: <state>/workspace-git/<caller>/<key>.record.
+  const std::string base = s_.state_dir + "/workspace-git";
+  if (DIR* callers = opendir(base.c_str())) {
+    while (dirent* c = readdir(callers)) {
+      const std::string caller = c->d_name;
+      if (caller[0] == '.') continue;
+      DIR* keys = opendir((base + "/" + caller).c_str());
+      if (!keys) continue;
+      while (dirent* k = readdir(keys)) {
+        std::string name = k->d_name;
+        if (!name.ends_with(".record")) continue;
+        const std::string key = name.substr(0, name.size() - 7);
+        if (!validate_workspace_key(key)) continue;
+        std::ifstream in(base + "/" + caller + "/" + name);
+        Record r;
+        std::string line;
+        while (std::getline(in, line)) {
+          const auto eq = line.find('=');
+          if (eq == std::string::npos) continue;
+          const std::string k2 = line.substr(0, eq), v = line.substr(eq + 1);
+          if (k2 == "repository_root") r.tree.repository_root = v;
+          else if (k2 == "commit") r.tree.commit = v;
+          else if (k2 == "tree") r.tree.tree = v;
+          else if (k2 == "bundle_bytes") r.tree.bundle_bytes = std::atoll(v.c_str());
+          else if (k2 == "prepared_at_ms") r.tree.prepared_at_ms = std::atoll(v.c_str());
+        }
+        if (!protocol::is_object_id(r.tree.commit) || !protocol::is_object_id(r.tree.tree)) continue;
+        r.mirror = mirror_path(caller, r.tree.repository_root);
+        r.tree.workspace_dir = s_.workspace_root + "/" + caller + "/" + key;
+        // The .git state is not kept across restarts: the first job after one reports from
+        // "absent", which a prepare also leaves.
+        records_[id_key(caller, key)] = std::move(r);
+      }
+      closedir(keys);
+    }
+    closedir(callers);
+  }
+  expiry_ = new uv_timer_t;
+  uv_timer_init(loop_, expiry_);
+  expiry_->data = this;
+  uv_timer_start(expiry_, [](uv_timer_t* h) { static_cast<Workspaces*>(h->data)->expire_transfers(); }, 10000, 10000);
+  uv_unref(reinterpret_cast<uv_handle_t*>(expiry_));
+  return {};
+}
+
+Status Workspaces::save_record(const std::string& caller, const std::string& key, const Record& r) {
+  reactor::SlowCall timed("writing a workspace record");
+  if (auto st = ensure_owned_dir(s_.state_dir + "/workspace-git/" + caller, 0700, 0, 0); !st) return st;
+  const std::string path = record_path(caller, key), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
+        << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
+    if (!out) return make_error("io", "writing " + tmp);
+  }
+  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare, no more.
+  if (rename(tmp.c_str(), path.c_str()) < 0) return sys_error("renaming " + tmp);
+  return {};
+}
+
+std::vector<std::string> Workspaces::git_env() const {
+  // Nothing of the runner's environment; git's system and global config ignored; these
+  // command-line-level settings override any repository config (and what it includes).
+  static const std::pair<const char*, const char*> kOverrides[] = {
+      {"core.hooksPath", "/dev/null"}, {"core.fsmonitor", "false"},   {"core.untrackedCache", "false"},
+      {"core.splitIndex", "false"},    {"core.symlinks", "true"},     {"core.autocrlf", "false"},
+      {"core.sshCommand", "false"},    {"core.pager", "cat"},         {"core.askPass", "false"},
+      {"credential.helper", ""},       {"diff.external", ""},         {"protocol.allow", "never"},
+      {"protocol.file.allow", "always"}, {"gc.auto", "0"},            {"gc.autoDetach", "false"},
+      {"maintenance.auto", "false"},   {"fetch.fsckObjects", "true"}, {"transfer.fsckObjects", "true"},
+      {"safe.directory", "*"},         {"advice.detachedHead", "false"}, {"init.defaultBranch", "motor"},
+  };
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1",
+                                  "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_NO_REPLACE_OBJECTS=1",
+                                  "GIT_ATTR_NOSYSTEM=1"};
+  size_t i = 0;
+  for (const auto& [k, v] : kOverrides) {
+    env.push_back(fmt::format("GIT_CONFIG_KEY_{}={}", i, k));
+    env.push_back(fmt::format("GIT_CONFIG_VALUE_{}={}", i, v));
+    ++i;
+  }
+  env.push_back(fmt::format("GIT_CONFIG_COUNT={}", i));
+  return env;
+}
+
+std::vector<std::string> Workspaces::sandbox_argv(const std::string& workspace, const std::string& meta,
+                                                  const std::string& mirror, const std::string& script) const {
+  std::vector<std::string> argv = {s_.sandbox_helper, "--uid", std::to_string(s_.job_uid), "--gid",
+                                   std::to_string(s_.job_gid), "--init", s_.init_path,
+                                   "--workspace", workspace + ":/workspace", "--rw", meta + ":/meta"};
+  if (!mirror.empty()) {
+    argv.push_back("--ro");
+    argv.push_back(mirror + ":/mirror");
+  }
+  for (const char* a : {"--cwd", "/", "--", "/bin/sh", "-c"}) argv.emplace_back(a);
+  argv.push_back(script);
+  argv.emplace_back("motor-workspace");
+  return argv;
+}
+
+bool Workspaces::busy(const std::string& caller, const std::string& key) const {
+  return busy_.count(id_key(caller, key)) > 0;
+}
+
+void Workspaces::settle(const std::string& k) {
+  if (auto it = busy_.find(k); it != busy_.end() && --it->second <= 0) busy_.erase(it);
+  if (on_idle_) on_idle_();
+}
+
+std::optional<PreparedTree> Workspaces::prepared(const std::string& caller, const std::string& key) const {
+  auto it = records_.find(id_key(caller, key));
+  if (it == records_.end()) return std::nullopt;
+  return it->second.tree;
+}
+
+std::string Workspaces::final_reply(int64_t request_id, const std::string& transfer_id,
+                                    const std::optional<Refusal>& refusal, const Record* prepared) const {
+  protocol::JsonWriter w;
+  w.begin_object();
+  if (transfer_id.empty()) w.field_null("transfer_id");
+  else w.field("transfer_id", transfer_id);
+  if (refusal) {
+    w.field_raw("outcome", refusal_json(refusal->reason));
+    w.field("refusal_detail", refusal->detail.substr(0, 1024)).field("retry_after_ms", refusal->retry_after_ms);
+  } else {
+    w.key("outcome").begin_object().field("type", "prepared").end_object();
+    w.field_null("refusal_detail").field_null("retry_after_ms");
+  }
+  if (prepared) {
+    w.field("tree_hash", prepared->tree.tree).field("commit", prepared->tree.commit);
+    w.field("bundle_bytes", prepared->tree.bundle_bytes);
+    w.field("fetch_ms", prepared->tree.fetch_ms).field("checkout_ms", prepared->tree.checkout_ms);
+  }
+  w.end_object();
+  return protocol::encode_result(request_id, w.str());
+}
+
+void Workspaces::prepare(const void* session, const std::string& caller, int64_t request_id,
+                         const protocol::WorkspaceParams& p, std::string transfer_id,
+                         const std::optional<Refusal>& refusal, Reply reply) {
+  auto refuse = [&](std::string reason, std::string detail) {
+    reply(final_reply(request_id, "", Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
+  };
+  if (auto st = validate_workspace_key(p.workspace_key); !st) return refuse("workspace_key_rejected", st.error().message);
+  for (const auto& sibling : p.siblings) {
+    if (auto st = validate_workspace_key(sibling); !st) return refuse("workspace_key_rejected", st.error().message);
+  }
+  if (refusal) return reply(final_reply(request_id, "", refusal, nullptr));
+  if (p.tree_hash.empty() || p.repository_root.empty() || p.repository_root[0] != '/') {
+    return reply(protocol::encode_error(request_id, "bad_request",
+                                        "workspace.prepare needs tree_hash and an absolute repository_root"));
+  }
+  const std::string k = id_key(caller, p.workspace_key);
+  const std::string mirror = mirror_path(caller, p.repository_root);
+  // The tree is in the mirror already (the same tree as last time: only the job's changes are
+  // undone): no bundle.
+  if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror) {
+    if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
+      return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
+    }
+    Record next = it->second;
+    next.tree.bundle_bytes = 0;
+    next.tree.fetch_ms = 0;
+    ++busy_[k];
+    return checkout(caller, p.workspace_key, std::move(next), reply_when_checked(request_id, "", std::move(reply)));
+  }
+  auto t = std::make_unique<Transfer>();
+  t->id = std::move(transfer_id);
+  t->caller = caller;
+  t->key = p.workspace_key;
+  t->repository_root = p.repository_root;
+  t->tree = p.tree_hash;
+  t->session = session;
+  t->request_id = request_id;
+  t->path = s_.state_dir + "/transfers/" + t->id + ".bundle";
+  t->last_activity_ms = uv_now(loop_);
+  {
+    reactor::SlowCall timed("creating a bundle upload");
+    t->fd = UniqueFd(::open(t->path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!t->fd || fchown(t->fd.get(), s_.mirror_uid, s_.mirror_gid) < 0) {
+      return refuse("workspace_setup_failed", fmt::format("cannot store the upload: {}", std::strerror(errno)));
+    }
+  }
+  // What the runner has, so the client bundles only what is missing: the commits this caller's
+  // workspaces of the same repository were prepared to.
+  protocol::JsonWriter w;
+  w.begin_object().field("transfer_id", t->id).field_null("outcome").key("have").begin_array();
+  if (auto own = records_.find(k); own != records_.end() && own->second.mirror == mirror) w.string(own->second.tree.commit);
+  for (const auto& [rk, r] : records_) {
+    if (rk != k && rk.starts_with(caller + "/") && r.mirror == mirror) w.string(r.tree.commit);
+  }
+  w.end_array().field("chunk_bytes", static_cast<uint64_t>(kChunkBytes)).field("max_bundle_bytes", s_.max_bundle_bytes);
+  w.field("bundle_ref", kBundleRef).end_object();
+  transfers_[t->id] = std::move(t);
+  reply(protocol::encode_result(request_id, w.str()));
+}
+
+void Workspaces::upload(const void* session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply) {
+  auto it = transfers_.find(p.transfer_id);
+  // Another connection's transfer id is treated as unknown: it cannot be continued from here.
+  if (it == transfers_.end() || it->second->session != session) {
+    return reply(protocol::encode_error(request_id, "bad_request", "no such transfer on this connection (it ended or expired)"));
+  }
+  Transfer& t = *it->second;
+  if (!p.offset || *p.offset != t.received) {
+    return reply(protocol::encode_error(request_id, "bad_request",
+                                        fmt::format("params.offset must be {} (the bytes received so far)", t.received)));
+  }
+  if (t.received + static_cast<int64_t>(p.data.size()) > s_.max_bundle_bytes) {
+    const std::string tid = t.id;
+    unlink(t.path.c_str());
+    transfers_.erase(it);
+    return reply(final_reply(request_id, tid,
+                             Refusal{"bundle_rejected",
+                                     fmt::format("the bundle is over this runner's limit of {} bytes (max_bundle_size); "
+                                                 "nothing was changed",
+                                                 s_.max_bundle_bytes),
+                                     std::nullopt},
+                             nullptr));
+  }
+  {
+    reactor::SlowCall timed("writing a bundle chunk");
+    size_t done = 0;
+    while (done < p.data.size()) {
+      const ssize_t n = ::write(t.fd.get(), p.data.data() + done, p.data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const std::string tid = t.id;
+        const int err = errno;
+        unlink(t.path.c_str());
+        transfers_.erase(it);
+        const bool full = err == ENOSPC || err == EDQUOT;
+        return reply(final_reply(request_id, tid,
+                                 Refusal{full ? "runner_disk_full" : "workspace_setup_failed",
+                                         fmt::format("storing the bundle: {}", std::strerror(err)),
+                                         full ? std::optional<int64_t>(60000) : std::nullopt},
+                                 nullptr));
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  t.received += static_cast<int64_t>(p.data.size());
+  t.last_activity_ms = uv_now(loop_);
+  reply(protocol::encode_result(request_id, fmt::format(R"({{"transfer_id":"{}","received":{}}})", t.id, t.received)));
+}
+
+void Workspaces::finish(const void* session, const std::string& caller, int64_t request_id,
+                        const protocol::WorkspaceParams& p, Reply reply) {
+  auto it = transfers_.find(p.transfer_id);
+  if (it == transfers_.end() || it->second->session != session) {
+    return reply(protocol::encode_error(request_id, "bad_request", "no such transfer on this connection (it ended or expired)"));
+  }
+  std::unique_ptr<Transfer> t = std::move(it->second);
+  transfers_.erase(it);
+  t->fd.reset();
+  t->request_id = request_id;
+  auto refuse = [&](std::string reason, std::string detail) {
+    unlink(t->path.c_str());
+    reply(final_reply(request_id, t->id, Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
+  };
+  if (!p.bundle_bytes || *p.bundle_bytes != t->received) {
+    return refuse("transfer_interrupted", fmt::format("{} bundle bytes arrived, the client announced {}", t->received,
+                                                      p.bundle_bytes.value_or(-1)));
+  }
+  if (p.commit.empty()) return refuse("bundle_rejected", "workspace.finish needs the bundle's commit");
+  if (busy(caller, t->key) || jobs_running_(caller, t->key)) {
+    return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
+  }
+  ++busy_[id_key(caller, t->key)];
+  std::string commit = p.commit;
+  const std::string mirror = mirror_path(caller, t->repository_root);
+  {
+    reactor::SlowCall timed("creating a mirror directory");
+    if (auto st = ensure_owned_dir(s_.state_dir + "/mirrors/" + caller, 0700, s_.mirror_uid, s_.mirror_gid); !st) {
+      settle(id_key(caller, t->key));
+      return refuse("workspace_setup_failed", st.error().message);
+    }
+  }
+  ChildSpec spec;
+  spec.file = "/bin/sh";
+  spec.argv = {"/bin/sh", "-c", kMirrorScript, "motor-mirror", mirror, t->path, t->key, t->id, commit, t->tree};
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  spec.max_stdout_bytes = 64 * 1024;
+  std::shared_ptr<Transfer> shared(std::move(t));
+  const uint64_t fetch_start = uv_hrtime();
+  run_child(loop_, std::move(spec), [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
+                                     reply = std::move(reply)](ChildResult r) mutable {
+    if (!*alive) return;
+    unlink(shared->path.c_str());
+    const std::string k = id_key(caller, shared->key);
+    if (!r.ok()) {
+      settle(k);
+      std::string reason = "workspace_setup_failed";
+      if (r.exit_code == 10 || r.exit_code == 13) reason = "bundle_rejected";
+      if (r.exit_code == 11) reason = "tree_hash_mismatch";
+      return reply(final_reply(shared->request_id, shared->id,
+                               Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
+    }
+    Record next;
+    if (auto it2 = records_.find(k); it2 != records_.end()) next.git = it2->second.git;
+    next.mirror = mirror;
+    next.tree.repository_root = shared->repository_root;
+    next.tree.commit = commit;
+    next.tree.tree = shared->tree;
+    next.tree.bundle_bytes = shared->received;
+    next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
+    checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+  });
+}
+
+void Workspaces::checkout(const std::string& caller, const std::string& key, Record next, Checked then) {
+  const std::string k = id_key(caller, key);
+  std::string workspace;
+  {
+    reactor::SlowCall timed("creating a workspace directory");
+    auto ws = ensure_workspace_dir(s_.workspace_root, caller, key, s_.job_uid, s_.job_gid);
+    Status meta = ensure_owned_dir(s_.state_dir + "/workspace-git/" + caller, 0700, 0, 0);
+    if (meta) meta = ensure_owned_dir(meta_dir(caller, key), 0700, s_.job_uid, s_.job_gid);
+    if (!ws || !meta) {
+      settle(k);
+      return then(!ws ? ws.error() : meta.error(), nullptr);
+    }
+    workspace = *ws;
+  }
+  next.tree.workspace_dir = workspace;
+  ChildSpec spec;
+  spec.file = s_.sandbox_helper;
+  spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript);
+  spec.argv.push_back(next.tree.commit);
+  // Clean only when this workspace was checked out by this runner and no job changed it since.
+  auto current = records_.find(k);
+  const bool clean = current != records_.end() && !current->second.dirty && current->second.mirror == next.mirror;
+  spec.argv.push_back(clean ? "clean" : "full");
+  spec.env = git_env();
+  spec.timeout_ms = kCheckoutTimeoutMs;
+  spec.max_stdout_bytes = 64 * 1024;
+  const uint64_t checkout_start = uv_hrtime();
+  run_child(loop_, std::move(spec), [this, alive = alive_, caller, key, k, next = std::move(next), checkout_start,
+                                     then = std::move(then)](ChildResult r) mutable {
+    if (!*alive) return;
+    settle(k);
+    if (!r.ok()) {
+      // The mirror has the tree; the workspace may be part-way: the next prepare redoes it.
+      records_.erase(k);
+      unlink(record_path(caller, key).c_str());
+      return then(make_error("workspace_setup_failed", "updating the workspace failed: " + r.describe()), nullptr);
+    }
+    next.tree.prepared_at_ms = now_ms();
+    next.tree.checkout_ms = static_cast<int64_t>((uv_hrtime() - checkout_start) / 1000000);
+    next.git = GitState{};  // the checkout removed any .git a job made
+    next.dirty = false;
+    if (auto st = save_record(caller, key, next); !st) return then(st, nullptr);
+    records_[k] = next;
+    then({}, &records_[k]);
+  });
+}
+
+Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const {
+  return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
+    if (!st) {
+      return reply(final_reply(request_id, transfer_id, Refusal{"workspace_setup_failed", st.error().message, std::nullopt},
+                               nullptr));
+    }
+    reply(final_reply(request_id, transfer_id, std::nullopt, rec));
+  };
+}
+
+void Workspaces::list(const std::string& caller, int64_t request_id, Reply reply) {
+  protocol::JsonWriter w;
+  w.begin_object().key("workspaces").begin_array();
+  reactor::SlowCall timed("listing workspaces");
+  if (DIR* d = opendir((s_.workspace_root + "/" + caller).c_str())) {
+    std::vector<std::string> keys;
+    while (dirent* e = readdir(d)) {
+      if (validate_workspace_key(e->d_name)) keys.emplace_back(e->d_name);
+    }
+    closedir(d);
+    std::sort(keys.begin(), keys.end());
+    for (const auto& key : keys) {
+      w.begin_object().field("workspace_key", key);
+      if (auto it = records_.find(id_key(caller, key)); it != records_.end()) {
+        const auto& t = it->second.tree;
+        w.field("repository_root", t.repository_root).field("tree_hash", t.tree).field("commit", t.commit);
+        w.field("bundle_bytes", t.bundle_bytes).field("prepared_at_ms", t.prepared_at_ms);
+      } else {
+        w.field_null("repository_root").field_null("tree_hash");
+      }
+      w.field("busy", busy(caller, key)).end_object();
+    }
+  }
+  w.end_array().end_object();
+  reply(protocol::encode_result(request_id, w.str()));
+}
+
+Status Workspaces::drop(const std::string& caller, const std::string& key, std::function<void(bool)> done) {
+  if (auto st = validate_workspace_key(key); !st) return st;
+  const std::string k = id_key(caller, key);
+  if (busy(caller, key)) return make_error("workspace_busy", "a prepare is updating this workspace; drop it once that ends");
+  const bool had_record = records_.erase(k) > 0;
+  unlink(record_path(caller, key).c_str());
+  const std::string dir = s_.workspace_root + "/" + caller + "/" + key;
+  const std::string meta = meta_dir(caller, key);
+  struct stat st {};
+  const bool existed = lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  const bool meta_existed = lstat(meta.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (!existed && !meta_existed) {
+    done(had_record);
+    return {};
+  }
+  // Moved aside at once (the key is free again now), emptied in the sandbox, then removed.
+  static uint64_t counter = 0;
+  const std::string trash = fmt::format("{}/workspace-trash/{}-{}", s_.state_dir, now_ms(), ++counter);
+  reactor::SlowCall timed("moving a dropped workspace aside");
+  if (mkdir(trash.c_str(), 0700) < 0) return sys_error("creating " + trash);
+  const std::string trash_ws = trash + "/workspace", trash_meta = trash + "/meta";
+  if (existed && rename(dir.c_str(), trash_ws.c_str()) < 0) return sys_error("moving " + dir);
+  if (!existed) (void)ensure_owned_dir(trash_ws, 0700, s_.job_uid, s_.job_gid);
+  if (meta_existed && rename(meta.c_str(), trash_meta.c_str()) < 0) return sys_error("moving " + meta);
+  if (!meta_existed) (void)ensure_owned_dir(trash_meta, 0700, s_.job_uid, s_.job_gid);
+  ChildSpec spec;
+  spec.file = s_.sandbox_helper;
+  spec.argv = sandbox_argv(trash_ws, trash_meta, "", kDropScript);
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  spec.timeout_ms = kCheckoutTimeoutMs;
+  run_child(loop_, std::move(spec), [alive = alive_, trash, trash_ws, trash_meta, done = std::move(done)](ChildResult r) {
+    if (!*alive) return;
+    reactor::SlowCall timed_rm("removing an emptied workspace");
+    rmdir(trash_ws.c_str());
+    rmdir(trash_meta.c_str());
+    rmdir(trash.c_str());
+    (void)r;
+    done(true);
+  });
+  return {};
+}
+
+void Workspaces::session_closed(const void* session) {
+  for (auto it = transfers_.begin(); it != transfers_.end();) {
+    if (it->second->session == session) {
+      unlink(it->second->path.c_str());
+      it = transfers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Workspaces::expire_transfers() {
+  const uint64_t now = uv_now(loop_);
+  for (auto it = transfers_.begin(); it != transfers_.end();) {
+    if (now - it->second->last_activity_ms > s_.transfer_idle_ms) {
+      unlink(it->second->path.c_str());
+      it = transfers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Workspaces::scan(const std::string& caller, const std::string& key, std::function<void(JobReport)> done) {
+  const std::string k = id_key(caller, key);
+  auto it = records_.find(k);
+  if (it == records_.end()) return done(JobReport{});  // never prepared: nothing to compare with
+  JobReport base;
+  base.tree_hash = it->second.tree.tree;
+  base.bundle_bytes = it->second.tree.bundle_bytes;
+  ++busy_[k];
+  ChildSpec spec;
+  spec.file = s_.sandbox_helper;
+  spec.argv = sandbox_argv(it->second.tree.workspace_dir, meta_dir(caller, key), it->second.mirror, kScanScript);
+  spec.env = git_env();
+  spec.timeout_ms = kScanTimeoutMs;
+  run_child(loop_, std::move(spec), [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {
+    if (!*alive) return;
+    settle(k);
+    auto rec = records_.find(k);
+    std::optional<ChangeReport> report;
+    if (r.ok() && !r.stdout_truncated) {
+      reactor::SlowCall timed("parsing a changed-paths scan");
+      report = parse_scan_output(r.out);
+    }
+    if (!report || rec == records_.end()) {
+      if (rec != records_.end()) rec->second.dirty = true;
+      base.fields.reset();
+      std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), r.describe().c_str());
+      return done(std::move(base));
+    }
+    base.fields = encode_report(*report, rec->second.git);
+    rec->second.git = report->git;
+    rec->second.dirty = !report->changes.empty() || report->git.present;
+    done(std::move(base));
+  });
+}
+
+void Workspaces::list_prepared_files(const std::string& caller, const std::string& key,
+                                     std::function<void(Expected<std::vector<std::string>>)> done) {
+  auto it = records_.find(id_key(caller, key));
+  if (it == records_.end()) return done(make_error("workspace_setup_failed", "the workspace was never prepared"));
+  ChildSpec spec;
+  spec.file = s_.git;
+  spec.argv = {s_.git, "--git-dir=" + it->second.mirror, "ls-tree", "-r", "-z", "--name-only", it->second.tree.commit};
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kScanTimeoutMs;
+  run_child(loop_, std::move(spec), [alive = alive_, done = std::move(done)](ChildResult r) {
+    if (!*alive) return;
+    if (!r.ok() || r.stdout_truncated) return done(make_error("workspace_setup_failed", "git ls-tree: " + r.describe()));
+    std::vector<std::string> files;
+    for (size_t at = 0; at < r.out.size();) {
+      const size_t end = r.out.find('\0', at);
+      if (end == std::string::npos) break;
+      files.emplace_back(r.out.substr(at, end - at));
+      at = end + 1;
+    }
+    done(std::move(files));
+  });
+}
+
+}  // namespace motor::workspace

@@ -1,0 +1,145 @@
+// The runner's side of workspaces (issue 7, docs/workspaces.md): bundle transfers, the
+// per-repository Git mirrors, updating a workspace to exactly a tree, dropping it, and the
+// changed-path report after each job. Every git call runs as a child process (uv_spawn):
+//  - on the mirror (bundle fetch, checks) as the mirror account (motor-cache), never as root;
+//  - on a workspace (checkout, the scan) inside the job sandbox as the job account, through
+//    motor-workspace-sandbox, with the runner's own git dir for that workspace: nothing a job
+//    wrote into the workspace (a .git, hooks, config, symlinks) is ever used as git's config.
+#pragma once
+
+#include <simdjson.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "protocol/messages.hpp"
+#include "workspace/change_report.hpp"
+
+namespace motor::workspace {
+
+struct WorkspaceSettings {
+  std::string state_dir;        // mirrors, transfers and the runner's per-workspace git dirs
+  std::string workspace_root;   // <root>/<caller>/<key>
+  std::string sandbox_helper;   // motor-workspace-sandbox
+  std::string init_path;        // motor-init (PID 1 in the helper's sandbox)
+  std::string git = "/usr/bin/git";
+  uid_t job_uid = 0;
+  gid_t job_gid = 0;
+  uid_t mirror_uid = 0;         // motor-cache: owns the mirrors and parses bundles
+  gid_t mirror_gid = 0;
+  int64_t max_bundle_bytes = int64_t{1} << 30;
+  uint64_t transfer_idle_ms = 120000;  // an upload silent this long is discarded
+};
+
+// What a workspace was last prepared to (kept in memory and in <state>/workspace-git).
+struct PreparedTree {
+  std::string workspace_dir;    // host path of the workspace (what a job sees at /workspace)
+  std::string repository_root;  // the caller's path of the checkout
+  std::string commit, tree;
+  int64_t bundle_bytes = 0;     // the last prepare's bundle (0: nothing had to be sent)
+  int64_t prepared_at_ms = 0;
+  int64_t fetch_ms = 0, checkout_ms = 0;  // (ext) the last prepare's two steps on the runner
+};
+
+class Workspaces {
+ public:
+  // A reply to the request that is being served (one encoded frame payload).
+  using Reply = std::function<void(std::string)>;
+  // Asked before a workspace is rewritten or removed: does a job of that workspace run?
+  using JobsRunning = std::function<bool(const std::string& caller, const std::string& key)>;
+
+  Workspaces(uv_loop_t* loop, WorkspaceSettings settings, JobsRunning jobs_running);
+  ~Workspaces();
+  Workspaces(const Workspaces&) = delete;
+  Workspaces& operator=(const Workspaces&) = delete;
+
+  // Creates the directories and reloads the records of prepared workspaces (start-up only).
+  Status start();
+
+  // workspace.prepare / workspace.upload / workspace.finish / workspace.list. `session` only
+  // identifies the connection: a transfer continues only on the connection that opened it.
+  // `refusal` is set by the runner when it takes no work (draining, disk full): a prepare is
+  // then refused with it before anything else.
+  struct Refusal {
+    std::string reason, detail;
+    std::optional<int64_t> retry_after_ms;
+  };
+  // `transfer_id`: a fresh id (the runner's UUIDv7), used if a bundle must be sent.
+  void prepare(const void* session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
+               std::string transfer_id, const std::optional<Refusal>& refusal, Reply reply);
+  void upload(const void* session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply);
+  void finish(const void* session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
+              Reply reply);
+  void list(const std::string& caller, int64_t request_id, Reply reply);
+  // Removes the workspace (its files, the runner's git dir and record). The caller's jobs in it
+  // must have been cancelled first. `done(existed)` runs once the files are gone.
+  Status drop(const std::string& caller, const std::string& key, std::function<void(bool existed)> done);
+  // A connection closed: its unfinished transfers are discarded (transfer_interrupted).
+  void session_closed(const void* session);
+
+  // A prepare is rewriting this workspace: its jobs wait.
+  bool busy(const std::string& caller, const std::string& key) const;
+  // Called whenever a workspace stops being busy (the runner then starts waiting jobs).
+  void set_on_idle(std::function<void()> cb) { on_idle_ = std::move(cb); }
+
+  // After a job: what it changed against the prepared tree (null fields with a logged reason
+  // when it cannot be computed, e.g. the workspace was never prepared).
+  struct JobReport {
+    std::optional<std::string> tree_hash;
+    int64_t bundle_bytes = 0;
+    std::optional<protocol::WorkspaceReportJson> fields;
+  };
+  void scan(const std::string& caller, const std::string& key, std::function<void(JobReport)> done);
+
+  // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
+  // disk from it): nullopt if the workspace was never prepared.
+  std::optional<PreparedTree> prepared(const std::string& caller, const std::string& key) const;
+  // Lists the prepared tree's files (paths relative to the workspace, as git has them) from
+  // the mirror, without reading the workspace a job may have changed. Async (git ls-tree).
+  void list_prepared_files(const std::string& caller, const std::string& key,
+                           std::function<void(Expected<std::vector<std::string>>)> done);
+
+ private:
+  struct Transfer;
+  struct Record {
+    PreparedTree tree;
+    std::string mirror;  // host path of the mirror holding tree.commit
+    GitState git;        // the job-made .git's state after the last job (absent after a prepare)
+    bool dirty = true;   // a job may have changed it since the last checkout (unknown: true)
+  };
+  std::string mirror_path(const std::string& caller, const std::string& repository_root) const;
+  std::string meta_dir(const std::string& caller, const std::string& key) const;
+  std::string record_path(const std::string& caller, const std::string& key) const;
+  Status save_record(const std::string& caller, const std::string& key, const Record& r);
+  // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
+  using Checked = std::function<void(Status, const Record*)>;
+  void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
+  Checked reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const;
+  void settle(const std::string& id_key);
+  std::string final_reply(int64_t request_id, const std::string& transfer_id, const std::optional<Refusal>& refusal,
+                          const Record* prepared) const;
+  void expire_transfers();
+  std::vector<std::string> git_env() const;
+  std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
+                                        const std::string& mirror, const std::string& script) const;
+
+  uv_loop_t* loop_;
+  WorkspaceSettings s_;
+  JobsRunning jobs_running_;
+  std::function<void()> on_idle_;
+  std::map<std::string, Record> records_;  // by "<caller>/<key>"
+  std::map<std::string, std::unique_ptr<Transfer>> transfers_;
+  std::map<std::string, int> busy_;        // "<caller>/<key>" -> operations in flight
+  uv_timer_t* expiry_ = nullptr;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // async callbacks check it
+};
+
+}  // namespace motor::workspace
