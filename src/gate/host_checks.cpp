@@ -327,10 +327,21 @@ HostCheck check_core_scheduling(HostFacts& facts) {
   facts.core_scheduling = rc == 0;
   if (rc != 0) {
     return note("core scheduling",
-                fmt::format("unavailable on this kernel (PR_SCHED_CORE: {}); {}; jobs are separated by claims of whole cores",
+                fmt::format("unavailable on this kernel (PR_SCHED_CORE: {}); {}; jobs are separated by claims of whole cores, "
+                            "and QEMU of VM jobs runs without a core-scheduling cookie of its own",
                             std::strerror(errno), smt_text));
   }
-  return note("core scheduling", "available (PR_SCHED_CORE); " + smt_text + "; Motor claims whole cores instead");
+  return note("core scheduling", "available (PR_SCHED_CORE); " + smt_text +
+                                     "; Motor claims whole cores, and gives each VM job's QEMU a cookie of its own");
+}
+
+// Windows jobs (issue 8): whether they are on, and whether they may run without KVM.
+HostCheck check_vm_jobs(const runner::Config& config) {
+  if (config.vm_image.empty()) return note("VM jobs", "off (vm_image is not set): platform \"windows\" jobs are refused");
+  if (config.allow_emulation) {
+    return note("VM jobs", "on, and allow_emulation = true: without KVM they run under TCG emulation (slow; meant for tests)");
+  }
+  return ok("VM jobs", "on, KVM required (allow_emulation = false)");
 }
 
 HostCheck check_disk_floor(const runner::Config& config) {
@@ -417,6 +428,7 @@ std::vector<HostCheck> run_host_checks(const runner::Config& config, HostFacts& 
   out.push_back(check_ksm());
   out.push_back(check_core_scheduling(facts));
   out.push_back(check_disk_floor(config));
+  out.push_back(check_vm_jobs(config));
   return out;
 }
 

@@ -138,6 +138,33 @@ outbound_subnet = 100.88.0.0/16
 # RUSTFLAGS and RUSTDOCFLAGS. An entry ending in * is a prefix. Names containing TOKEN, SECRET,
 # PASSWORD, KEY or CREDENTIAL, SSH_AUTH_SOCK, PATH, HOME, USER and LOGNAME are never forwarded.
 env_allow = CC, CXX, CFLAGS, CXXFLAGS, CPPFLAGS, LDFLAGS, MAKEFLAGS, LANG, LC_ALL, TZ, TERM, NO_COLOR, PKG_CONFIG_PATH, GOFLAGS, PYTHONDONTWRITEBYTECODE
+
+# --- Windows jobs (VMs through libvirt; docs/windows-jobs.md) --------------------------------
+
+# The sealed qcow2 image every VM job boots from, through an overlay of its own; never written.
+# Empty: platform "windows" jobs are refused (platform_unsupported).
+vm_image = ""
+# Direct kernel boot instead of the image's boot loader (the Linux test guest); empty for Windows.
+vm_kernel = ""
+vm_initrd = ""
+vm_kernel_cmdline = ""
+# The libvirt connection (its event loop runs on the runner's loop).
+libvirt_uri = qemu:///system
+# QEMU without KVM (TCG, software emulation) is refused unless this is true.
+allow_emulation = false
+# Per-job overlays and agent sockets, and per-workspace persistent data disks. Every directory
+# above them must be searchable by motor-qemu.
+vm_dir = /var/lib/motor/vm
+vm_data_dir = /var/lib/motor/vm-data
+# Size of a new data disk (sparse), and memory QEMU may use beyond the guest's RAM.
+vm_data_disk_size = 8G
+vm_memory_overhead = 512M
+# What the guest agent runs: RUNNER STDOUT_FILE STDERR_FILE COMMAND... inside the guest.
+vm_guest_runner = /motor/run
+# How long the guest agent may take to answer after the VM starts (seconds).
+vm_agent_timeout_s = 300
+# Most output read from one VM job; the rest is dropped with a note on stderr.
+vm_output_max_size = 64M
 )motorconf";
 
 }  // namespace
@@ -340,6 +367,13 @@ std::optional<std::string> check_absolute_dir(std::string& path, bool allow_empt
   return std::nullopt;
 }
 
+// An absolute path or "" (feature off).
+std::optional<std::string> set_optional_absolute(const std::string& value, std::string& out) {
+  if (!value.empty() && value.front() != '/') return "expected an absolute path or \"\", got " + shown(value);
+  out = value;
+  return std::nullopt;
+}
+
 struct KeySpec {
   std::string_view name;
   bool list;
@@ -350,7 +384,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 42> kKeys = {{
+const std::array<KeySpec, 55> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -635,6 +669,52 @@ const std::array<KeySpec, 42> kKeys = {{
        c.env_allow = std::move(v.items);
        return std::nullopt;
      }},
+    {"vm_image", false, [](Config& c, Value& v) { return set_optional_absolute(v.scalar, c.vm_image); }},
+    {"vm_kernel", false, [](Config& c, Value& v) { return set_optional_absolute(v.scalar, c.vm_kernel); }},
+    {"vm_initrd", false, [](Config& c, Value& v) { return set_optional_absolute(v.scalar, c.vm_initrd); }},
+    {"vm_kernel_cmdline", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       c.vm_kernel_cmdline = v.scalar;
+       return std::nullopt;
+     }},
+    {"libvirt_uri", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar.find("://") == std::string::npos) return "expected a libvirt URI such as qemu:///system, got " + shown(v.scalar);
+       c.libvirt_uri = v.scalar;
+       return std::nullopt;
+     }},
+    {"allow_emulation", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar != "true" && v.scalar != "false") return "expected true or false, got " + shown(v.scalar);
+       c.allow_emulation = v.scalar == "true";
+       return std::nullopt;
+     }},
+    {"vm_dir", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (auto err = check_absolute_dir(v.scalar, false)) return err;
+       c.vm_dir = v.scalar;
+       return std::nullopt;
+     }},
+    {"vm_data_dir", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (auto err = check_absolute_dir(v.scalar, false)) return err;
+       c.vm_data_dir = v.scalar;
+       return std::nullopt;
+     }},
+    {"vm_data_disk_size", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, int64_t{16} << 20, int64_t{1} << 44, c.vm_data_disk_bytes); }},
+    {"vm_memory_overhead", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, int64_t{64} << 20, int64_t{1} << 40, c.vm_memory_overhead_bytes); }},
+    {"vm_guest_runner", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar.empty()) return "expected the guest-side runner's path";
+       c.vm_guest_runner = v.scalar;
+       return std::nullopt;
+     }},
+    {"vm_agent_timeout_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 3600, c.vm_agent_timeout_s); }},
+    {"vm_output_max_size", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 40, c.vm_output_max_bytes); }},
 }};
 
 const KeySpec* find_key(std::string_view name) {

@@ -97,6 +97,19 @@ struct Config {
                                         "MAKEFLAGS", "LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR",
                                         "PKG_CONFIG_PATH", "GOFLAGS", "PYTHONDONTWRITEBYTECODE"};
 
+  // Windows jobs: VMs through libvirt (docs/windows-jobs.md). Off while vm_image is empty.
+  std::string vm_image;
+  std::string vm_kernel, vm_initrd, vm_kernel_cmdline;
+  std::string libvirt_uri = "qemu:///system";
+  bool allow_emulation = false;
+  std::string vm_dir = "/var/lib/motor/vm";
+  std::string vm_data_dir = "/var/lib/motor/vm-data";
+  int64_t vm_data_disk_bytes = int64_t{8} << 30;
+  int64_t vm_memory_overhead_bytes = int64_t{512} << 20;
+  std::string vm_guest_runner = "/motor/run";
+  int64_t vm_agent_timeout_s = 300;
+  int64_t vm_output_max_bytes = int64_t{64} << 20;
+
   std::string effective_workspace_root() const {
     return workspace_root.empty() ? state_dir + "/workspaces" : workspace_root;
   }

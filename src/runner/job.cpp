@@ -377,6 +377,11 @@ void Job::kill_for_shutdown() { cancel(); }
 
 void Job::kill_tree(const char* why) {
   if (state_ != State::kRunning) return;
+  if (vm_) {  // a VM job: the VM is destroyed, nothing of it outlives the job
+    if (why && !killed_) killed_ = why;
+    vm_->kill(why ? why : "cancel");
+    return;
+  }
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;
   if (control_weakened("cgroup-kill")) {  // test build only: the main process alone is killed
@@ -449,7 +454,7 @@ void Job::set_workspace_report(std::optional<std::string> tree_hash, int64_t bun
   maybe_finish();
 }
 
-void Job::finish() {
+protocol::TerminalRecord Job::started_terminal() const {
   protocol::TerminalRecord t;
   t.job_id = id_;
   t.platform = platform_;
@@ -459,6 +464,11 @@ void Job::finish() {
   t.queue_wait_ms = queue_wait_ms_;
   t.cpus = cpus_.list();
   t.cpus_shared = cpus_.overlapping;
+  return t;
+}
+
+void Job::finish() {
+  protocol::TerminalRecord t = started_terminal();
   // The watcher saw it live (a wake-up still queued in this loop iteration counts too); the
   // counter read now confirms, and covers a watcher that could not be set up.
   if (oom_watch_ && oom_poll_.live()) {

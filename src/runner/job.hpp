@@ -19,6 +19,7 @@
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
+#include "vm/vm_job.hpp"
 
 namespace motor::runner {
 
@@ -39,7 +40,7 @@ struct JobLaunch {
   std::string platform = "linux";
 };
 
-class Job {
+class Job : private vm::VmJobSink {
  public:
   enum class State { kQueued, kRunning, kFinished };
 
@@ -47,6 +48,7 @@ class Job {
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
+  bool is_vm() const { return vm_ != nullptr; }
 
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
@@ -54,6 +56,9 @@ class Job {
   // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
   // watches it. On error nothing is left but the job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box);
+  // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM and reports
+  // back through the VmJobSink methods; output becomes ordinary output records.
+  Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
@@ -114,6 +119,12 @@ class Job {
     char buf[64 * 1024];
   };
 
+  // vm::VmJobSink (job_vm.cpp)
+  void vm_command_started() override;
+  void vm_output(bool is_stderr, std::string_view text) override;
+  void vm_finished(const vm::VmOutcome& outcome) override;
+  void vm_log(const std::string& line) override;
+
   // The job starter's answer: watch the process, or end the job as refused.
   void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
   void start_reading(OutputPipe& out);
@@ -129,6 +140,8 @@ class Job {
   void check_empty();
   void maybe_finish();
   void finish();
+  // The terminal record's fields every job that started has (outcome left to the caller).
+  protocol::TerminalRecord started_terminal() const;
   void append_record(const std::string& json);
   void pump(Follower& f);
   void pump_all();
@@ -184,6 +197,7 @@ class Job {
   int oom_rechecks_left_ = 0;
   int64_t oom_kills_seen_ = 0;
   std::unique_ptr<OutputPipe> stdout_, stderr_;
+  std::unique_ptr<vm::VmJob> vm_;
   std::vector<Follower> followers_;
   std::string scratch_;
 };

@@ -208,6 +208,8 @@ Status Runner::start() {
   if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
     log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
+  // After the state writer's fork: libvirt's connection is the runner's alone.
+  vm_host_ = VmHost::create(loop_, config_, init_path_);
   if (auto s = listen(); !s) return s;
   // Output histories past their age are deleted now and then (and once at start).
   uv_timer_init(loop_, history_timer_.get());
@@ -536,7 +538,10 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (shutting_down_ || draining_) {
     return refuse_job(session, r.id, "runner_draining", "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
   }
-  if (p.platform != "linux") {
+  if (p.platform == "windows" && vm_host_ && vm_host_->unavailable()) {
+    return refuse_job(session, r.id, "platform_unsupported", *vm_host_->unavailable());
+  }
+  if (p.platform != "linux" && p.platform != "windows") {
     return refuse_job(session, r.id, "platform_unsupported", "this runner does not run \"" + p.platform + "\" jobs");
   }
   if (p.network != "offline" && !outbound_) {
@@ -585,6 +590,8 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   entry.priority = priority;
   entry.cpus = cpus;
   entry.memory_bytes = memory;
+  // A VM job also reserves what QEMU itself may use (its memory cgroup's hard limit).
+  if (p.platform == "windows" && vm_host_) entry.memory_bytes += vm_host_->memory_overhead();
   entry.enqueued_ms = uv_now(loop_);
   const int64_t wait_limit_s = std::min(p.queue_wait_limit_s.value_or(config_.queue_wait_limit_s), config_.queue_wait_limit_s);
   entry.deadline_ms = entry.enqueued_ms + static_cast<uint64_t>(wait_limit_s) * 1000;
@@ -717,6 +724,10 @@ void Runner::start_next() {
   struct stat st {};
   if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
     return refuse("workspace_setup_failed", "the working directory \"" + rel + "\" does not exist in the workspace");
+  }
+  if (p.platform == "windows") {
+    if (!start_vm_job(job, pending, *ws)) return refuse("workspace_setup_failed", "the VM job could not be started");
+    return update_status();
   }
   const auto env = filter_env(p.env, config_.env_allow);
   // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
@@ -1141,6 +1152,35 @@ void Runner::maybe_exit() {
     if (auto* self = reactor::owner_of<Runner>(h)) uv_stop(self->loop_);
   }, kExitFlushMs, 0);
   if (sessions_.empty()) uv_stop(loop_);
+}
+
+}  // namespace motor::runner
+
+namespace motor::runner {
+
+// A windows job: its command runs in a fresh VM (vm::VmJob), with the same admission, records,
+// deadline and cancel as a Linux job. Returns false if it could not even begin.
+bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir) {
+  const protocol::RunParams& p = pending.params;
+  JobLaunch launch;
+  launch.summary = job.summary();
+  launch.timeout_s = pending.timeout_s;
+  launch.memory_bytes = pending.memory_bytes + vm_host_->memory_overhead();
+  launch.cpus = cpu_claims_.claim(pending.cpus);
+  launch.network = p.network;
+  launch.platform = p.platform;
+  const std::vector<std::string> argv = p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
+  std::vector<std::string> env;
+  for (const auto& [name, value] : filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
+  auto spec = vm_host_->job_spec(job.id(), job.caller(), p.workspace_key, workspace_dir, argv, env, launch.cpus,
+                                 pending.memory_bytes, job_account_);
+  if (auto s = job.start_vm(launch, std::move(spec), *cgroups_); !s) {
+    log_error("job {}: could not start its VM: {}", job.id(), s.error().message);
+    // Job::start_vm recorded the claim first thing: job_finished frees it, exactly once.
+    return false;
+  }
+  metrics_.observe_queue_wait(static_cast<double>(job.queue_wait_ms()) / 1000.0);
+  return true;
 }
 
 }  // namespace motor::runner

@@ -26,6 +26,7 @@
 #include "runner/outbound.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
+#include "runner/vm_host.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "workspace/workspaces.hpp"
@@ -145,6 +146,8 @@ class Runner {
   StateWriter state_writer_;
   JobStarter job_starter_;
   std::unique_ptr<workspace::Workspaces> workspaces_;
+  std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
+  bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::set<Session*> sessions_;
   bool draining_ = false;

@@ -155,7 +155,7 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   auto caps = plan_capabilities();
   if (!caps) return caps.error();
   plan.capabilities = *caps;
-  auto seccomp = compile_seccomp_policy();
+  auto seccomp = compile_seccomp_policy(config.deny_sockets);
   if (!seccomp) return seccomp.error();
   plan.seccomp = std::move(*seccomp);
   plan.hostname = config.hostname;

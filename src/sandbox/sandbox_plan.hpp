@@ -61,6 +61,7 @@ struct SandboxConfig {
   // An outbound job (issue 9): its veth to the runner's egress namespace; /etc/resolv.conf then
   // names the gateway, the runner's filtering resolver. Absent: loopback only.
   std::optional<JobNetworkPlan> network;
+  bool deny_sockets = false;          // seccomp also refuses socket/socketpair (file-only helpers)
 };
 
 struct SandboxPlan {

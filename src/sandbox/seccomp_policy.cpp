@@ -174,7 +174,7 @@ Status add_entry(scmp_filter_ctx ctx, const SeccompEntry& entry) {
 
 std::span<const SeccompEntry> seccomp_policy_table() { return kTable; }
 
-Expected<SeccompProgram> compile_seccomp_policy() {
+Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets) {
   std::unique_ptr<void, CtxDeleter> ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return make_error("sandbox", "seccomp: seccomp_init failed");
   // Only the native ABI is in the filter; any other (i386 through int 0x80, x32 numbers with
@@ -186,6 +186,12 @@ Expected<SeccompProgram> compile_seccomp_policy() {
   for (const SeccompEntry& entry : kTable) {
     if (weakened(entry)) continue;  // test build only
     if (auto st = add_entry(ctx.get(), entry); !st) return st.error();
+  }
+  if (deny_sockets) {
+    for (const SeccompEntry& entry : {SeccompEntry{"socket", 41, R::kDeny, "file-only helper: no sockets"},
+                                      SeccompEntry{"socketpair", 53, R::kDeny, "file-only helper: no sockets"}}) {
+      if (auto st = add_entry(ctx.get(), entry); !st) return st.error();
+    }
   }
 
   UniqueFd mem(memfd_create("motor-seccomp", MFD_CLOEXEC));

@@ -37,7 +37,10 @@ struct SeccompProgram {
 };
 
 // Builds and exports the filter. Fails (never weakens) if any entry cannot be expressed.
-Expected<SeccompProgram> compile_seccomp_policy();
+// `deny_sockets` adds socket(2) and socketpair(2) (EPERM): for host-side helpers that only ever
+// touch files (qemu-img, mke2fs for VM disks), so a bug in one cannot reach any network or
+// local daemon.
+Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets = false);
 
 // Child side: loads the program (no_new_privs must already be set). Returns 0 or an errno.
 int load_seccomp_program(const SeccompProgram& program);

@@ -1,0 +1,221 @@
+#include "runner/vm_host.hpp"
+
+#include <dirent.h>
+#include <libvirt/virterror.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "reactor/libvirt_loop.hpp"
+#include "reactor/slow_call.hpp"
+#include "runner/log.hpp"
+
+namespace motor::runner {
+namespace {
+
+constexpr const char* kDomainPrefix = "motor-";
+
+std::string libvirt_error() {
+  const char* e = virGetLastErrorMessage();
+  return e ? e : "unknown libvirt error";
+}
+
+// Every directory from `dir` up must let others search it (motor-qemu reaches its files there).
+std::optional<std::string> unsearchable_ancestor(const std::string& dir) {
+  std::string path = dir;
+  while (!path.empty()) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return path + " does not exist";
+    if (!(st.st_mode & S_IXOTH)) return path + " is not searchable by the QEMU account (mode o+x is missing)";
+    const auto slash = path.rfind('/');
+    if (slash == 0 || slash == std::string::npos) break;
+    path.resize(slash);
+  }
+  return std::nullopt;
+}
+
+int on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int detail, void*) {
+  const char* name = virDomainGetName(dom);
+  if (name && std::string_view(name).starts_with(kDomainPrefix) &&
+      (event == VIR_DOMAIN_EVENT_STOPPED || event == VIR_DOMAIN_EVENT_CRASHED)) {
+    log_info("libvirt: domain {} {} (detail {})", name, event == VIR_DOMAIN_EVENT_CRASHED ? "crashed" : "stopped", detail);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const Config& config, const std::string& init_path) {
+  std::unique_ptr<VmHost> host(new VmHost(loop, config));
+  host->setup(init_path);
+  if (host->unavailable_) {
+    if (!config.vm_image.empty()) log_warning("windows jobs are refused: {}", *host->unavailable_);
+  } else {
+    log_info("windows jobs: {} through {}, image {}", host->emulated_ ? "TCG emulation (allow_emulation = true)" : "KVM",
+             config.libvirt_uri, config.vm_image);
+  }
+  return host;
+}
+
+VmHost::~VmHost() {
+  if (conn_) {
+    if (lifecycle_callback_ >= 0) virConnectDomainEventDeregisterAny(conn_, lifecycle_callback_);
+    virConnectClose(conn_);
+  }
+}
+
+void VmHost::setup(const std::string& init_path) {
+  const Config& c = config_;
+  if (c.vm_image.empty()) {
+    unavailable_ = "this runner does not run \"windows\" jobs (vm_image is not set in its config)";
+    return;
+  }
+  for (const std::string* f : {&c.vm_image, &c.vm_kernel, &c.vm_initrd}) {
+    struct stat st {};
+    if (!f->empty() && (stat(f->c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
+      unavailable_ = *f + " (from the config) is not a file";
+      return;
+    }
+  }
+  auto qemu = sandbox::lookup_unprivileged_account("motor-qemu");
+  if (!qemu) {
+    unavailable_ = "the motor-qemu account: " + qemu.error().message + " (scripts/setup creates it)";
+    return;
+  }
+  qemu_account_ = *qemu;
+  init_path_ = init_path;
+  helper_path_ = init_path.substr(0, init_path.rfind('/')) + "/motor-vm-helper";
+  char self[4096];
+  if (const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+    const std::string exe(self, static_cast<size_t>(n));
+    helper_path_ = exe.substr(0, exe.rfind('/')) + "/motor-vm-helper";
+  }
+  if (access(helper_path_.c_str(), X_OK) != 0) {
+    unavailable_ = "motor-vm-helper is not at " + helper_path_ + " (it is built beside motor-runner)";
+    return;
+  }
+  for (const std::string* dir : {&c.vm_dir, &c.vm_data_dir}) {
+    std::error_code ec;
+    std::filesystem::create_directories(*dir, ec);
+    if (ec || chmod(dir->c_str(), 0711) != 0) {
+      unavailable_ = "cannot create " + *dir + ": " + (ec ? ec.message() : std::string(std::strerror(errno)));
+      return;
+    }
+    if (auto why = unsearchable_ancestor(*dir)) {
+      unavailable_ = *why + " (vm_dir / vm_data_dir)";
+      return;
+    }
+  }
+
+  virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});  // errors are read from return values, not printed
+  if (auto s = reactor::register_libvirt_loop(loop_); !s) {
+    unavailable_ = s.error().message;
+    return;
+  }
+  {
+    reactor::SlowCall timed("connecting to libvirt");
+    conn_ = virConnectOpen(c.libvirt_uri.c_str());
+  }
+  if (!conn_) {
+    unavailable_ = "cannot connect to libvirt at " + c.libvirt_uri + " (libvirt_uri): " + libvirt_error();
+    return;
+  }
+  // Keepalives and domain events run on the runner's loop from now on.
+  if (virConnectSetKeepAlive(conn_, 5, 3) != 0) log_warning("libvirt keepalive: {}", libvirt_error());
+  lifecycle_callback_ = virConnectDomainEventRegisterAny(conn_, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+                                                         VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), nullptr, nullptr);
+
+  // KVM, as QEMU and libvirt see it (not just /dev/kvm: a device that cannot run a stock guest
+  // makes libvirt refuse the accelerator).
+  char* caps = nullptr;
+  {
+    reactor::SlowCall timed("asking libvirt for KVM");
+    caps = virConnectGetDomainCapabilities(conn_, nullptr, "x86_64", nullptr, "kvm", 0);
+  }
+  if (caps) {
+    free(caps);
+    emulated_ = false;
+  } else if (c.allow_emulation) {
+    emulated_ = true;
+  } else {
+    unavailable_ = "KVM is not available on this host (" + libvirt_error() +
+                   ") and emulation is refused: set allow_emulation = true to run VM jobs under TCG";
+    return;
+  }
+  recover_leftovers();
+}
+
+// Job directories in vm_dir belong to VM jobs of a runner that stopped without tearing them down:
+// destroy their domains (by name; a helper each) and delete their overlays.
+void VmHost::recover_leftovers() {
+  DIR* d = opendir(config_.vm_dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  for (const auto& name : names) {
+    const std::string dir = config_.vm_dir + "/" + name;
+    log_warning("VM job {} was left running by an earlier runner: destroying its domain", name);
+    auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
+                                      [this, name](Expected<std::string> r) {
+                                        if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
+                                        rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name).c_str());
+                                        recovery_.erase(name);  // destroys this call: nothing runs after it
+                                      });
+    if (call) recovery_[name] = std::move(*call);
+  }
+}
+
+vm::VmJobSpec VmHost::job_spec(const std::string& job_id, const std::string& caller, const std::string& workspace_key,
+                               const std::string& workspace_dir, const std::vector<std::string>& argv,
+                               const std::vector<std::string>& env, const CpuClaim& cpus, int64_t memory_bytes,
+                               const sandbox::Account& job_account) const {
+  vm::VmJobSpec s;
+  s.job_id = job_id;
+  s.domain_name = kDomainPrefix + job_id;
+  s.work_dir = config_.vm_dir + "/" + job_id;
+  s.libvirt_uri = config_.libvirt_uri;
+  s.helper_path = helper_path_;
+  s.init_path = init_path_;
+  s.emulated = emulated_;
+  s.sealed_image = config_.vm_image;
+  s.kernel = config_.vm_kernel;
+  s.initrd = config_.vm_initrd;
+  s.cmdline = config_.vm_kernel_cmdline;
+  s.data_disk = config_.vm_data_dir + "/" + caller + "/" + workspace_key + ".img";
+  s.data_disk_bytes = config_.vm_data_disk_bytes;
+  // The transfer disk carries the workspace tree; an empty workspace needs none.
+  if (DIR* d = opendir(workspace_dir.c_str())) {
+    bool empty = true;
+    while (dirent* e = readdir(d)) {
+      if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
+        empty = false;
+        break;
+      }
+    }
+    closedir(d);
+    if (!empty) s.transfer_source = workspace_dir;
+  }
+  s.cpus = cpus.cpus;
+  s.memory_bytes = memory_bytes;
+  s.hard_limit_bytes = memory_bytes + config_.vm_memory_overhead_bytes;
+  s.pids_max = std::min<int64_t>(config_.pids_max, 1024);
+  s.qemu_account = qemu_account_;
+  s.tool_account = job_account;
+  // Not below cgroup_parent: that holds job cgroups in every hierarchy, which a restarted runner
+  // kills and removes; QEMU's pids cgroup is in the pids hierarchy only.
+  s.pids_cgroup = config_.cgroup_parent + "-vm/" + job_id;
+  s.disk_cgroup = "vmdisk-" + job_id;
+  s.guest_runner = config_.vm_guest_runner;
+  s.argv = argv;
+  s.env = env;
+  s.agent_timeout_ms = static_cast<uint64_t>(config_.vm_agent_timeout_s) * 1000;
+  s.max_output_bytes = config_.vm_output_max_bytes;
+  return s;
+}
+
+}  // namespace motor::runner

@@ -1,0 +1,58 @@
+// What the runner needs to run VM jobs (platform "windows", issue 8), set up once at start:
+// the QEMU account, motor-vm-helper, the VM directories, the libvirt connection whose events
+// and keepalives run on the runner's loop, and whether KVM is there (or emulation is allowed).
+// A host that cannot run VMs says why; windows jobs are then refused with that reason, and
+// Linux jobs are not affected.
+#pragma once
+
+#include <libvirt/libvirt.h>
+#include <uv.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runner/config.hpp"
+#include "runner/cpu_claims.hpp"
+#include "sandbox/accounts.hpp"
+#include "vm/helper_call.hpp"
+#include "vm/vm_job.hpp"
+
+namespace motor::runner {
+
+class VmHost {
+ public:
+  static std::unique_ptr<VmHost> create(uv_loop_t* loop, const Config& config, const std::string& init_path);
+  ~VmHost();
+  VmHost(const VmHost&) = delete;
+  VmHost& operator=(const VmHost&) = delete;
+
+  // Why windows jobs cannot run here (names the setting to change), or nullopt.
+  const std::optional<std::string>& unavailable() const { return unavailable_; }
+  bool emulated() const { return emulated_; }
+  // Memory QEMU may use beyond the guest's RAM: reserved at admission with the job's memory.
+  int64_t memory_overhead() const { return config_.vm_memory_overhead_bytes; }
+
+  vm::VmJobSpec job_spec(const std::string& job_id, const std::string& caller, const std::string& workspace_key,
+                         const std::string& workspace_dir, const std::vector<std::string>& argv,
+                         const std::vector<std::string>& env, const CpuClaim& cpus, int64_t memory_bytes,
+                         const sandbox::Account& job_account) const;
+
+ private:
+  VmHost(uv_loop_t* loop, const Config& config) : loop_(loop), config_(config) {}
+  void setup(const std::string& init_path);
+  void recover_leftovers();
+
+  uv_loop_t* loop_;
+  Config config_;
+  std::optional<std::string> unavailable_;
+  bool emulated_ = false;
+  sandbox::Account qemu_account_;
+  std::string helper_path_, init_path_;
+  virConnectPtr conn_ = nullptr;
+  int lifecycle_callback_ = -1;
+  std::map<std::string, std::unique_ptr<vm::HelperCall>> recovery_;
+};
+
+}  // namespace motor::runner

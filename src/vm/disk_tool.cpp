@@ -1,0 +1,171 @@
+#include "vm/disk_tool.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "motor/sys_error.hpp"
+#include "reactor/slow_call.hpp"
+
+namespace motor::vm {
+namespace {
+constexpr size_t kMaxMessage = 2048;
+}
+
+std::vector<std::string> qemu_img_overlay_command(const std::string& sealed, const std::string& overlay) {
+  return {"/usr/bin/qemu-img", "create", "-q", "-f", "qcow2", "-b", sealed, "-F", "qcow2", overlay};
+}
+
+std::vector<std::string> mke2fs_from_dir_command(const std::string& source_dir, const std::string& image, int64_t size_bytes) {
+  return {"/usr/sbin/mke2fs", "-q", "-F", "-t", "ext4", "-L", "motor-transfer", "-E", "root_owner=0:0", "-d", source_dir,
+          image, std::to_string(size_bytes / 1024) + "k"};
+}
+
+Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups,
+                                                    const DiskToolSpec& spec, Done done) {
+  if (spec.account.uid == 0 || spec.command.empty()) return make_error("vm", "disk tool: no command or a root account");
+  reactor::SlowCall timed("starting a confined disk tool");
+  std::unique_ptr<DiskTool> tool(new DiskTool);
+  tool->done_ = std::move(done);
+  tool->what_ = spec.command[0].substr(spec.command[0].rfind('/') + 1);
+
+  sandbox::SandboxConfig box;
+  box.workspace = {spec.writable_dir, spec.writable_dir};
+  box.read_only = spec.read_only;
+  box.uid = spec.account.uid;
+  box.gid = spec.account.gid;
+  box.user_name = spec.account.name;
+  box.group_name = spec.account.name;
+  box.hostname = "motor-disk";
+  box.init_path = spec.init_path;
+  box.tmp_size_bytes = uint64_t{64} << 20;
+  box.deny_sockets = true;
+  auto plan = sandbox::plan_sandbox(box);
+  if (!plan) return plan.error();
+  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
+
+  sandbox::CgroupLimits limits;
+  limits.memory_bytes = int64_t{512} << 20;
+  limits.pids_max = 64;
+  auto cg = cgroups.create(spec.cgroup_name, limits);
+  if (!cg) return cg.error();
+  tool->cgroup_ = std::move(*cg);
+  auto fail = [&](Error e) -> Error {
+    (void)tool->cgroup_->remove();
+    tool->cgroup_.reset();
+    return e;
+  };
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd out_read(fds[0]), out_write(fds[1]);
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null) return fail(sys_error("opening /dev/null"));
+
+  sandbox::SpawnSpec s;
+  s.executable = sandbox::kSandboxInitPath;
+  s.argv = sandbox::init_argv(spec.command);
+  s.env = {"PATH=/usr/bin:/usr/sbin:/bin:/sbin", "LC_ALL=C"};
+  s.cwd = spec.writable_dir;
+  s.uid = spec.account.uid;
+  s.gid = spec.account.gid;
+  s.stdin_fd = dev_null.get();
+  s.stdout_fd = out_write.get();
+  s.stderr_fd = out_write.get();
+  s.cgroup = tool->cgroup_.get();
+  s.hooks = &hooks;
+  auto spawned = sandbox::spawn_job(s);
+  if (!spawned) return fail(spawned.error());
+  out_write.reset();
+  tool->pidfd_ = std::move(spawned->pidfd);
+  // The setup-status pipe reports a failed sandbox step as text: it is read with the output.
+  // (Its write end closes at exec; a failure before exec exits 127 with the step on it.)
+  const int status_fd = spawned->setup_status.release();
+
+  uv_pipe_init(loop, tool->out_.get(), 0);
+  tool->out_.initialized(tool.get());
+  uv_pipe_open(tool->out_.get(), out_read.release());
+  uv_read_start(
+      tool->out_.stream(),
+      [](uv_handle_t* h, size_t, uv_buf_t* b) {
+        auto* self = static_cast<DiskTool*>(h->data);
+        *b = uv_buf_init(self->buf_, sizeof self->buf_);
+      },
+      [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
+        auto* self = static_cast<DiskTool*>(st->data);
+        if (!self) return;
+        if (n > 0) {
+          if (self->text_.size() < kMaxMessage)
+            self->text_.append(b->base, std::min<size_t>(static_cast<size_t>(n), kMaxMessage - self->text_.size()));
+          return;
+        }
+        if (n == 0) return;
+        self->eof_ = true;
+        uv_read_stop(st);
+        self->maybe_done();
+      });
+  // Setup failures: read the status pipe once the child is gone (it is short and never blocks).
+  tool->text_.reserve(256);
+  uv_poll_init(loop, tool->pidfd_poll_.get(), tool->pidfd_.get());
+  tool->pidfd_poll_.initialized(tool.get());
+  uv_poll_start(tool->pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<DiskTool>(h)) self->on_exit();
+  });
+  // Keep the status fd until exit: its text (if any) explains a setup failure.
+  tool->status_fd_storage_ = UniqueFd(status_fd);
+  return tool;
+}
+
+DiskTool::~DiskTool() {
+  if (cgroup_) {
+    (void)cgroup_->kill_all();
+    // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
+    // a few ms. Waited for at most 20 ms here; a cgroup still busy then is removed by the
+    // runner's recovery at its next start (it is named in state.json).
+    for (int i = 0; i < 20; ++i) {
+      auto populated = cgroup_->populated();
+      if (!populated || !*populated) break;
+      usleep(1000);
+    }
+    if (pidfd_) (void)sandbox::reap_pidfd(pidfd_.get());
+    (void)cgroup_->remove();
+  }
+}
+
+void DiskTool::on_exit() {
+  if (exited_) return;
+  auto st = sandbox::reap_pidfd(pidfd_.get());
+  if (!st) return;
+  exited_ = true;
+  wait_status_ = *st;
+  pidfd_poll_.close();
+  pidfd_.reset();
+  char buf[512];
+  fcntl(status_fd_storage_.get(), F_SETFL, O_NONBLOCK);
+  const ssize_t n = ::read(status_fd_storage_.get(), buf, sizeof buf);
+  if (n > 0) text_.insert(0, std::string(buf, static_cast<size_t>(n)) + "\n");
+  status_fd_storage_.reset();
+  maybe_done();
+}
+
+void DiskTool::maybe_done() {
+  if (finished_ || !exited_ || !eof_) return;
+  finished_ = true;
+  if (cgroup_) {
+    // motor-init was PID 1 of the tool's namespace: everything else in it is being killed.
+    for (int i = 0; i < 50 && !cgroup_->remove().ok(); ++i) {
+      (void)cgroup_->kill_all();
+      usleep(1000);
+    }
+    cgroup_.reset();
+  }
+  while (!text_.empty() && (text_.back() == '\n' || text_.back() == ' ')) text_.pop_back();
+  Done done = std::move(done_);
+  if (WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0) return done(Status{});
+  const std::string how = WIFEXITED(wait_status_) ? "exit status " + std::to_string(WEXITSTATUS(wait_status_))
+                                                   : "signal " + std::to_string(wait_status_ & 0x7f);
+  done(make_error("vm", what_ + " failed (" + how + ")" + (text_.empty() ? "" : ": " + text_)));
+}
+
+}  // namespace motor::vm

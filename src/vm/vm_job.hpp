@@ -1,0 +1,164 @@
+// One VM job (DESIGN.md "A Windows job"), driven from the runner's loop:
+//
+//   transfer disk (mke2fs -d, confined)  ->  overlay (qemu-img, confined)  ->  domain created
+//   paused (motor-vm-helper)  ->  QEMU's confinement checked and completed  ->  resumed  ->
+//   guest agent synced  ->  guest-exec of the guest runner, its output files read with
+//   guest-file-read (bounded per read, per tick and in total)  ->  exit status  ->  domain
+//   destroyed, QEMU gone, overlay and work directory deleted (the data disk stays).
+//
+// A kill (deadline, cancel, shutdown) at any point goes straight to the teardown. Every step
+// that can take long runs in a child process; the loop only reads /proc and small files.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
+#include "reactor/uv_handle.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/cgroup.hpp"
+#include "vm/disk_tool.hpp"
+#include "vm/helper_call.hpp"
+#include "vm/qemu_confinement.hpp"
+#include "vm/qga_client.hpp"
+
+namespace motor::vm {
+
+struct VmJobSpec {
+  std::string job_id;
+  std::string domain_name;       // "motor-<job id>"
+  std::string work_dir;          // per job: overlay, transfer disk, agent socket, XML; deleted after
+  std::string libvirt_uri = "qemu:///system";
+  std::string helper_path;       // motor-vm-helper
+  std::string init_path;         // motor-init (for the confined disk tools)
+  bool emulated = false;
+  std::string sealed_image;
+  std::string kernel, initrd, cmdline;  // direct kernel boot (test guest) or empty
+  std::string data_disk;         // persistent per workspace; created (sparse) when missing
+  int64_t data_disk_bytes = int64_t{8} << 30;
+  std::string transfer_source;   // host directory for the transfer disk; empty = no transfer disk
+  int64_t transfer_disk_bytes = int64_t{1} << 30;
+  std::vector<int> cpus;
+  int64_t memory_bytes = 0;
+  int64_t hard_limit_bytes = 0;
+  int64_t pids_max = 256;
+  sandbox::Account qemu_account;  // motor-qemu
+  sandbox::Account tool_account;  // reads transfer_source for mke2fs (the job account)
+  std::string pids_cgroup;        // "<parent>-vm/<job id>" in the pids hierarchy
+  std::string disk_cgroup;        // cgroup name (under the runner's parent) for the disk tools
+  // The command, through the guest runner: RUNNER STDOUT_FILE STDERR_FILE ARGV...
+  std::string guest_runner = "/motor/run";
+  std::string guest_stdout = "/run/motor-job.out";
+  std::string guest_stderr = "/run/motor-job.err";
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  uint64_t agent_timeout_ms = 120000;
+  uint64_t request_timeout_ms = 30000;
+  // Output bounds: per read (each stream, each tick), tick period, total.
+  int64_t read_chunk_bytes = 64 * 1024;
+  uint64_t poll_ms = 100;
+  int64_t max_output_bytes = int64_t{64} << 20;
+  size_t max_message_bytes = 256 * 1024;
+};
+
+struct VmPhaseTimes {
+  uint64_t disks_us = 0, domain_start_us = 0, agent_ready_us = 0, command_us = 0, teardown_us = 0;
+};
+
+struct VmOutcome {
+  enum class Kind { kExit, kSignal, kRefused, kFailed, kKilled };
+  Kind kind = Kind::kFailed;
+  int64_t code = 0;           // exit code or signal
+  std::string detail;         // why (refused / failed)
+  std::string killed;         // "deadline" | "cancel" for kKilled
+  bool output_truncated = false;
+  VmPhaseTimes times;
+  bool core_scheduling = false;
+};
+
+class VmJobSink {
+ public:
+  virtual ~VmJobSink() = default;
+  virtual void vm_command_started() = 0;
+  // Valid UTF-8, at most read_chunk_bytes (+ a few) per call.
+  virtual void vm_output(bool is_stderr, std::string_view text) = 0;
+  // Everything is torn down. The VmJob may be destroyed from here on (not inside this call).
+  virtual void vm_finished(const VmOutcome& outcome) = 0;
+  virtual void vm_log(const std::string& line) = 0;
+};
+
+class VmJob {
+ public:
+  VmJob(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, VmJobSpec spec, VmJobSink& sink);
+  ~VmJob();
+  VmJob(const VmJob&) = delete;
+  VmJob& operator=(const VmJob&) = delete;
+
+  void start();
+  // Deadline or cancel: destroy the domain (or stop what is being prepared) and report kKilled.
+  void kill(const std::string& why);
+  pid_t qemu_pid() const { return qemu_pid_; }
+  bool finished() const { return finished_; }
+
+ private:
+  enum class Phase { kIdle, kDisks, kCreating, kResuming, kAgent, kRunning, kTearingDown, kDone };
+  void make_transfer_disk();
+  void make_overlay();
+  void create_domain();
+  void on_created(Expected<std::string> pid_text);
+  void resume();
+  void connect_agent();
+  void open_outputs();
+  void exec_command();
+  void tick();
+  void read_stream(int index, std::function<void()> next);
+  void check_status();
+  void end(VmOutcome::Kind kind, int64_t code, std::string detail);
+  void teardown();
+  void destroyed(Status s);
+  void on_qemu_exit();
+  void cleanup();
+  bool stopping() const { return stop_requested_ || phase_ == Phase::kTearingDown || phase_ == Phase::kDone; }
+
+  uv_loop_t* loop_;
+  sandbox::CgroupDriver& cgroups_;
+  VmJobSpec spec_;
+  VmJobSink& sink_;
+  Phase phase_ = Phase::kIdle;
+  bool stop_requested_ = false;
+  bool finished_ = false;
+  bool domain_created_ = false;
+  VmOutcome outcome_;
+  bool outcome_set_ = false;
+  std::unique_ptr<DiskTool> disk_tool_;
+  std::unique_ptr<HelperCall> helper_;
+  std::unique_ptr<QgaClient> agent_;
+  QemuConfinement confinement_;
+  pid_t qemu_pid_ = -1;
+  UniqueFd qemu_pidfd_;
+  reactor::UvHandle<uv_poll_t> qemu_poll_;
+  reactor::UvHandle<uv_timer_t> tick_timer_;
+  reactor::UvHandle<uv_timer_t> exit_wait_timer_;
+  bool qemu_gone_ = false;
+  bool destroy_done_ = false;
+  int64_t guest_pid_ = -1;
+  int64_t handles_[2] = {-1, -1};
+  bool eof_[2] = {false, false};
+  bool exited_ = false;
+  int64_t output_total_ = 0;
+  bool truncated_ = false;
+  Utf8Sanitizer utf8_[2];
+  simdjson::dom::parser parser_;
+  uint64_t t_start_ = 0, t_phase_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace motor::vm

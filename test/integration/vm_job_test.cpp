@@ -1,0 +1,279 @@
+// Windows jobs (issue 8) through a real runner, libvirt and QEMU. These machines' KVM cannot
+// boot a stock kernel, so the VM is the small Linux test guest (scripts/build-test-guest) under
+// TCG with allow_emulation = true; it speaks the guest-agent protocol a Windows guest speaks.
+// Every test leaves no domain, QEMU process, overlay or cgroup behind, also when it fails.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "protocol/base64.hpp"
+#include "support/runner_harness.hpp"
+#include "vm/qemu_confinement.hpp"
+
+namespace motor::test {
+namespace {
+
+const std::string kGuest = "/var/cache/motor/test-guest";
+
+bool guest_ready() {
+  struct stat st {};
+  return stat((kGuest + "/base.qcow2").c_str(), &st) == 0 && stat("/run/libvirt/libvirt-sock", &st) == 0;
+}
+
+std::string vm_config(const std::string& dir, const std::string& extra = "") {
+  return "vm_image = " + kGuest + "/base.qcow2\n" + "vm_kernel = " + kGuest + "/vmlinuz\n" + "vm_initrd = " + kGuest +
+         "/initrd.img\n" + "vm_kernel_cmdline = \"console=ttyS0 panic=-1\"\n" + "vm_dir = " + dir + "/vm\n" +
+         "vm_data_dir = " + dir + "/vm-data\n" + "vm_data_disk_size = 64M\nvm_memory_overhead = 256M\n" + extra;
+}
+
+struct VmRun {
+  std::string job_id, terminal;
+  std::string out, err;
+  bool started = false;
+};
+
+// Submits a windows job on `c` and reads its records to the end.
+VmRun run_vm(RawClient& c, const std::string& command, const std::string& extra_params = "", int64_t id = 1) {
+  VmRun r;
+  EXPECT_TRUE(c.send_frame("{\"id\":" + std::to_string(id) + ",\"method\":\"exec.run\",\"params\":{\"command\":" +
+                           json_quote(command) + ",\"platform\":\"windows\",\"memory\":\"256M\"" + extra_params + "}}"));
+  while (auto f = c.read_frame(std::chrono::milliseconds(240000))) {
+    const std::string type = json_field(*f, "/type");
+    if (type == "accepted") r.job_id = json_field(*f, "/job_id");
+    if (type == "started") r.started = true;
+    if (type == "output") {
+      auto bytes = protocol::base64_decode(json_field(*f, "/bytes"));
+      (json_field(*f, "/stream") == "stdout" ? r.out : r.err) += bytes.value_or("?");
+    }
+    if (type == "terminal" || json_field(*f, "/error/code") != "<missing>") {
+      r.terminal = *f;
+      break;
+    }
+  }
+  return r;
+}
+
+class VmJobs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MOTOR_REQUIRE(guest_ready(), "the test guest or libvirtd is missing (scripts/setup, scripts/build-test-guest)");
+  }
+  void start_runner(const std::string& extra = "allow_emulation = true\n") {
+    runner_ = std::make_unique<RunnerProcess>("");
+    // The config names the runner's own directory, known only once it exists.
+    write_file(runner_->dir() + "/runner.conf", read_file(runner_->dir() + "/runner.conf") + vm_config(runner_->dir(), extra));
+    ASSERT_TRUE(runner_->start()) << runner_->log();
+  }
+  void TearDown() override {
+    if (!runner_) return;
+    const std::string vm_dir = runner_->dir() + "/vm";
+    runner_->stop(std::chrono::seconds(60));
+    // Whatever a failed test left: domains of this runner's jobs (named motor-<job id>), their QEMU.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(vm_dir, ec)) {
+      const std::string name = "motor-" + e.path().filename().string();
+      run_program({runner_helper(), "destroy", "qemu:///system", name});
+      for (pid_t p : processes_with("guest=" + name)) kill(p, SIGKILL);
+    }
+    // QEMU's pids cgroups live beside the runner's cgroup parent, in the pids hierarchy only.
+    const std::string pids_parent = "/sys/fs/cgroup/pids/" + runner_->cgroup_parent() + "-vm";
+    for (const auto& e : std::filesystem::directory_iterator(pids_parent, ec)) {
+      if (!e.is_directory()) continue;
+      for (int i = 0; i < 300 && rmdir(e.path().c_str()) < 0 && errno == EBUSY; ++i) {
+        std::istringstream procs(read_file(e.path().string() + "/cgroup.procs"));
+        for (pid_t p; procs >> p;) kill(p, SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    rmdir(pids_parent.c_str());
+    runner_.reset();
+  }
+  static std::string runner_helper() {
+    const std::string bin = MOTOR_RUNNER_TESTING_BIN;
+    return bin.substr(0, bin.rfind('/')) + "/motor-vm-helper";
+  }
+  std::unique_ptr<RunnerProcess> runner_;
+};
+
+// Nothing of the job is left on the host: no QEMU, no overlay; the data disk stays.
+void expect_torn_down(const RunnerProcess& runner, const std::string& job_id) {
+  EXPECT_TRUE(processes_with("guest=motor-" + job_id).empty()) << "a QEMU process outlived the job";
+  struct stat st {};
+  EXPECT_NE(stat((runner.dir() + "/vm/" + job_id).c_str(), &st), 0) << "the job's overlay directory is still there";
+  EXPECT_NE(stat(("/sys/fs/cgroup/pids/" + runner.cgroup_parent() + "-vm/" + job_id).c_str(), &st), 0);
+}
+
+TEST_F(VmJobs, OutputExitCodeOnlyLoAndWhatPersists) {
+  start_runner();
+  RawClient c(runner_->socket());
+  // Job 1: output on both streams, an exit code, a write to the system disk (the overlay) and
+  // one to the data disk.
+  auto one = run_vm(c, "echo hello; echo oops >&2; ls /sys/class/net; echo sys > /tmp/system-mark; "
+                        "echo kept > /data/work/data-mark; exit 3");
+  ASSERT_TRUE(one.started) << one.terminal << runner_->log();
+  EXPECT_EQ(json_field(one.terminal, "/outcome/type"), "exit") << one.terminal;
+  EXPECT_EQ(json_field(one.terminal, "/outcome/code"), "3");
+  EXPECT_EQ(json_field(one.terminal, "/platform"), "windows");
+  EXPECT_EQ(one.out, "hello\nlo\n") << "the guest must see no network interface but lo";
+  EXPECT_EQ(one.err, "oops\n");
+  expect_torn_down(*runner_, one.job_id);
+  struct stat st {};
+  EXPECT_EQ(stat((runner_->dir() + "/vm-data/root/default.img").c_str(), &st), 0) << "the data disk must stay";
+
+  // Job 2, same workspace: a fresh overlay (the system-disk file is gone), the same data disk.
+  auto two = run_vm(c, "test -e /tmp/system-mark && echo system-disk-leaked; cat /data/work/data-mark; id -u", "", 2);
+  EXPECT_EQ(json_field(two.terminal, "/outcome/code"), "0") << two.terminal;
+  EXPECT_EQ(two.out, "kept\n1000\n") << "want the data disk's file, no system-disk file, a non-root user";
+  expect_torn_down(*runner_, two.job_id);
+}
+
+TEST_F(VmJobs, QemuIsConfinedAndCancelLeavesNothing) {
+  // A variable in the runner's environment that QEMU must not inherit.
+  setenv("MOTOR_VM_TEST_LEAK", "runner-environment", 1);
+  start_runner();
+  unsetenv("MOTOR_VM_TEST_LEAK");
+  RawClient c(runner_->socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"echo up; sleep 600","platform":"windows","memory":"256M"}})"));
+  std::string job_id;
+  bool up = false;
+  while (auto f = c.read_frame(std::chrono::milliseconds(240000))) {
+    if (json_field(*f, "/type") == "accepted") job_id = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output") up = true;
+    if (up || json_field(*f, "/type") == "terminal") break;
+  }
+  ASSERT_TRUE(up) << runner_->log();
+  const auto qemu = processes_with("guest=motor-" + job_id);
+  ASSERT_EQ(qemu.size(), 1u);
+  const std::string proc = "/proc/" + std::to_string(qemu[0]);
+
+  const std::string status = read_file(proc + "/status");
+  const std::string uid = std::to_string(getpwnam("motor-qemu")->pw_uid);
+  EXPECT_NE(status.find("\nUid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid + "\n"), std::string::npos) << status;
+  EXPECT_EQ(vm::parse_net_dev_interfaces(read_file(proc + "/net/dev")), std::vector<std::string>{"lo"});
+  const std::string environ = read_file(proc + "/environ");
+  EXPECT_EQ(environ.find("MOTOR_VM_TEST_LEAK"), std::string::npos);
+  size_t at = 0;
+  while (at < environ.size()) {  // only what libvirt itself sets
+    const size_t end = environ.find('\0', at);
+    const std::string name = environ.substr(at, environ.find('=', at) - at);
+    const auto& allowed = vm::libvirt_qemu_environment_names();
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end()) << name;
+    at = end == std::string::npos ? environ.size() : end + 1;
+  }
+  const std::string cgroups = read_file(proc + "/cgroup");
+  const std::string mem = "/sys/fs/cgroup/memory" + vm::cgroup_path_of(cgroups, "memory");
+  EXPECT_EQ(read_file(mem + "/memory.limit_in_bytes"), std::to_string((256 + 256) << 20) + "\n");
+  const std::string pids = vm::cgroup_path_of(cgroups, "pids");
+  EXPECT_EQ(pids, "/" + runner_->cgroup_parent() + "-vm/" + job_id);
+  EXPECT_EQ(read_file("/sys/fs/cgroup/pids" + pids + "/pids.max"), "1024\n");
+
+  ASSERT_TRUE(c.send_frame("{\"id\":2,\"method\":\"exec.cancel\",\"params\":{\"job_id\":\"" + job_id + "\"}}"));
+  std::string terminal;
+  while (auto f = c.read_frame(std::chrono::milliseconds(60000))) {
+    if (json_field(*f, "/type") == "terminal") {
+      terminal = *f;
+      break;
+    }
+  }
+  EXPECT_EQ(json_field(terminal, "/outcome/type"), "cancelled") << terminal;
+  expect_torn_down(*runner_, job_id);
+  struct stat st {};
+  EXPECT_EQ(stat((runner_->dir() + "/vm-data/root/default.img").c_str(), &st), 0) << "the data disk must stay";
+}
+
+TEST_F(VmJobs, DeadlineDestroysTheVm) {
+  start_runner();
+  RawClient c(runner_->socket());
+  auto r = run_vm(c, "sleep 600", ",\"timeout\":12");
+  EXPECT_EQ(json_field(r.terminal, "/killed"), "deadline") << r.terminal;
+  expect_torn_down(*runner_, r.job_id);
+}
+
+TEST_F(VmJobs, FloodHugeLineAndInvalidUtf8AreBoundedAndTheRunnerAnswers) {
+  start_runner("allow_emulation = true\nvm_output_max_size = 1M\n");
+  RawClient c(runner_->socket());
+  // Invalid UTF-8 first, then a 100 MiB line, then a flood of short lines.
+  ASSERT_TRUE(c.send_frame(
+      R"({"id":1,"method":"exec.run","params":{"command":"printf 'bad \\377\\376 end\\n'; head -c 104857600 /dev/zero | tr '\\0' a; yes flood","platform":"windows","memory":"256M","timeout":600}})"));
+  std::string job_id, out;
+  RawClient other(runner_->socket());
+  int status_answers = 0;
+  while (auto f = c.read_frame(std::chrono::milliseconds(240000))) {
+    const std::string type = json_field(*f, "/type");
+    if (type == "accepted") job_id = json_field(*f, "/job_id");
+    if (type == "output") {
+      out += protocol::base64_decode(json_field(*f, "/bytes")).value_or("");
+      // Another client's runner.status is answered while the flood is read.
+      if (status_answers < 3) {
+        ASSERT_TRUE(other.send_frame(R"({"id":7,"method":"runner.status","params":{}})"));
+        auto s = other.read_frame(std::chrono::milliseconds(10000));
+        ASSERT_TRUE(s) << "runner.status got no answer while a VM flooded output";
+        ++status_answers;
+      }
+    }
+    if (out.find("output stopped after") != std::string::npos) break;
+    if (type == "terminal") break;
+  }
+  EXPECT_EQ(status_answers, 3);
+  EXPECT_NE(out.find("bad \xEF\xBF\xBD\xEF\xBF\xBD end\n"), std::string::npos) << "invalid UTF-8 must become U+FFFD";
+  EXPECT_NE(out.find("output stopped after"), std::string::npos);
+  EXPECT_LE(out.size(), size_t{1} << 21) << "output beyond vm_output_max_size was sent";
+  // The 100 MiB line never sat in the runner's memory.
+  EXPECT_LT(peak_rss_bytes(runner_->pid()), int64_t{96} << 20);
+  ASSERT_TRUE(c.send_frame("{\"id\":2,\"method\":\"exec.cancel\",\"params\":{\"job_id\":\"" + job_id + "\"}}"));
+  while (auto f = c.read_frame(std::chrono::milliseconds(60000))) {
+    if (json_field(*f, "/type") == "terminal") break;
+  }
+  expect_torn_down(*runner_, job_id);
+}
+
+TEST_F(VmJobs, EmulationIsRefusedUnlessAllowed) {
+  struct stat st {};
+  if (stat("/dev/kvm", &st) == 0) GTEST_SKIP() << "this host has /dev/kvm: a VM job would use KVM, not emulation";
+  start_runner("");
+  RawClient c(runner_->socket());
+  auto r = run_vm(c, "true");
+  EXPECT_EQ(json_field(r.terminal, "/outcome/reason"), "platform_unsupported") << r.terminal;
+  EXPECT_NE(json_field(r.terminal, "/refusal_detail").find("allow_emulation"), std::string::npos) << r.terminal;
+}
+
+}  // namespace
+}  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+TEST_F(VmJobs, ARestartedRunnerDestroysTheVmOfADeadOne) {
+  start_runner();
+  RawClient c(runner_->socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"echo up; sleep 600","platform":"windows","memory":"256M"}})"));
+  std::string job_id;
+  while (auto f = c.read_frame(std::chrono::milliseconds(240000))) {
+    if (json_field(*f, "/type") == "accepted") job_id = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output" || json_field(*f, "/type") == "terminal") break;
+  }
+  ASSERT_EQ(processes_with("guest=motor-" + job_id).size(), 1u) << runner_->log();
+  runner_->kill9();
+  ASSERT_EQ(processes_with("guest=motor-" + job_id).size(), 1u) << "the VM outlives its runner until recovery";
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  for (int i = 0; i < 600 && !processes_with("guest=motor-" + job_id).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int i = 0; i < 100; ++i) {  // the helper deletes the directory right after the destroy
+    struct stat st {};
+    if (stat((runner_->dir() + "/vm/" + job_id).c_str(), &st) != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  expect_torn_down(*runner_, job_id);
+}
+
+}  // namespace
+}  // namespace motor::test
