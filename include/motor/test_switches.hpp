@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 26> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 30> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -45,6 +45,11 @@ inline constexpr std::array<std::string_view, 26> kWeakenableControls = {
     "pids-limit",          // job.cpp: no pids limit on the job's cgroup
     "cpuset",              // job.cpp: the cpuset is the parent's, not the claim
     "cgroup-kill",         // job.cpp: a deadline or exit kills only the main process, not the cgroup
+    // Outbound network (issue 9); their rows are in runner_network_test.cpp (needs the test uplink).
+    "outbound-ranges",      // netpolicy.cpp: no drop rule for the blocked ranges
+    "outbound-host",        // netpolicy.cpp: no drop rule for the host's addresses and gateway
+    "outbound-ipv6",        // job_network.cpp: the job's namespace keeps IPv6 (sysctls not written)
+    "outbound-dns-filter",  // resolver.cpp: answers keep the addresses the policy drops
 };
 
 struct TestSwitches {

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
@@ -201,8 +202,10 @@ void Resolver::try_upstream(Pending& p) {
 }
 
 void Resolver::on_upstream(Pending& p, std::string_view response) {
+  // Test build only (outbound-dns-filter): addresses the policy drops are answered to the job.
+  const bool filter = !control_weakened("outbound-dns-filter");
   auto filtered = filter_dns_response(response, p.query, p.upstream_id,
-                                      [this](uint32_t a) { return policy_.drops(a); }, p.query.udp_limit);
+                                      [this, filter](uint32_t a) { return filter && policy_.drops(a); }, p.query.udp_limit);
   if (!filtered) {
     // Dropped: a spoofed or broken answer never reaches the job. The timer moves on.
     log_warning("resolver: dropped an answer from upstream: {}", filtered.error().message);

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "motor/test_switches.hpp"
+
 namespace motor::sandbox {
 namespace {
 
@@ -163,8 +165,10 @@ Expected<JobNetworkPlan> plan_job_network(int egress_netns_fd, const Cidr& subne
 
 int attach_job_network(const JobNetworkPlan& plan, const char*& stage) {
   // No IPv6 for the job at all: not even on lo, and none on the interface created next.
-  if (int err = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", stage)) return err;
-  if (int err = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", stage)) return err;
+  if (!control_weakened("outbound-ipv6")) {  // test build only: the job keeps IPv6 (::1, link-local)
+    if (int err = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", stage)) return err;
+    if (int err = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", stage)) return err;
+  }
   if (int err = create_pair(plan, stage)) return err;
 
   const int own = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);

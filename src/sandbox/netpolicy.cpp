@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "motor/test_switches.hpp"
+
 namespace motor::sandbox {
 
 std::optional<Ipv4> parse_ipv4(std::string_view text) {
@@ -112,12 +114,14 @@ std::string egress_ruleset(const EgressPolicy& policy, const EgressNames& names)
   // Before conntrack and before anything else: what a job sends is judged here first.
   r += "  chain job_first {\n    type filter hook prerouting priority raw - 10; policy accept;\n";
   r += fmt::format("    iifname \"{}\" meta nfproto ipv6 counter name ipv6_drops drop\n", jobs);
-  r += fmt::format("    iifname \"{}\" ip daddr @host_addresses counter name host_drops drop\n", jobs);
+  if (!control_weakened("outbound-host"))  // test build only: the host and its gateway reachable
+    r += fmt::format("    iifname \"{}\" ip daddr @host_addresses counter name host_drops drop\n", jobs);
   // The job's own gateway (its resolver) answers DNS; nothing else in the jobs' subnet is reachable.
   r += fmt::format("    iifname \"{}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport 53 return\n", jobs, subnet);
   r += fmt::format("    iifname \"{}\" ip daddr {} counter name subnet_drops drop\n", jobs, subnet);
   if (!allowed.empty()) r += fmt::format("    iifname \"{}\" ip daddr @test_allowed return\n", jobs);
-  r += fmt::format("    iifname \"{}\" ip daddr @blocked counter name blocked_drops drop\n", jobs);
+  if (!control_weakened("outbound-ranges"))  // test build only: the blocked ranges reachable
+    r += fmt::format("    iifname \"{}\" ip daddr @blocked counter name blocked_drops drop\n", jobs);
   r += "  }\n";
   // Jobs reach the uplink; from outside only replies come back; jobs never reach each other.
   r += "  chain forward {\n    type filter hook forward priority filter - 10; policy drop;\n";

@@ -331,6 +331,11 @@ TEST(GateWeakenedTable, CoversEveryControl) {
       for (const auto& id : list) EXPECT_NE(std::find(kAttacks.begin(), kAttacks.end(), id), kAttacks.end()) << id;
     }
   }
+  // The outbound controls' rows need a test uplink: RunnerNetworkWeakened in runner_network_test.cpp.
+  for (const char* c : {"outbound-ranges", "outbound-host", "outbound-ipv6", "outbound-dns-filter"}) {
+    EXPECT_TRUE(is_weakenable_control(c)) << c;
+    covered.insert(c);
+  }
   for (std::string_view c : kWeakenableControls) EXPECT_TRUE(covered.count(std::string(c))) << c << " has no row";
 }
 

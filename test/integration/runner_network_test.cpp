@@ -20,8 +20,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -495,26 +497,77 @@ except OSError: print("udp = none")
   EXPECT_EQ(p["udp"], "none");
 }
 
-// `motor-runner gate` (the installed binary: no test switch) with outbound enabled on the test
-// uplink: each outbound attack is stopped, and by the policy's own drop rule (its counter).
-TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
+// The four outbound gate attacks (ids) and their controls' test switches, in the same order.
+constexpr std::array<const char*, 4> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
+                                                          "net-outbound-dns-private"};
+
+// Runs `gate --attack <the outbound attacks>` with outbound enabled on the test uplink, through
+// `motor-runner` (no switch) or `motor-runner-testing --test-weaken=NAME`; each attack's result.
+std::map<std::string, std::string> gate_outbound(const std::string& up, const std::string& weaken = "") {
   const std::string dir = make_temp_dir();
   chmod(dir.c_str(), 0711);
   const std::string conf = dir + "/runner.conf";
   write_file(conf, fmt::format("cgroup_parent = motor-gate9-{}\noutbound_network = true\noutbound_uplink_netns = {}\n"
                                "outbound_resolvers = 10.53.53.53\n",
-                               getpid(), up_));
-  auto res = run_program({MOTOR_RUNNER_BIN, "gate", "--config", conf, "--state-dir", dir + "/state", "--json", "--attack",
-                          "net-outbound-ranges,net-outbound-host,net-outbound-ipv6,net-outbound-dns-private"},
-                         {}, std::chrono::seconds(600));
-  for (const char* id : {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6", "net-outbound-dns-private"}) {
+                               getpid(), up));
+  std::vector<std::string> args{weaken.empty() ? MOTOR_RUNNER_BIN : MOTOR_RUNNER_TESTING_BIN};
+  if (!weaken.empty()) args.push_back("--test-weaken=" + weaken);
+  for (const char* a : {"gate", "--config", conf.c_str()}) args.push_back(a);
+  for (const std::string& a : {std::string("--state-dir"), dir + "/state", std::string("--json"), std::string("--attack"),
+                               fmt::format("{}", fmt::join(kOutboundAttacks, ","))})
+    args.push_back(a);
+  auto res = run_program(args, {}, std::chrono::seconds(600));
+  std::map<std::string, std::string> results;
+  for (const char* id : kOutboundAttacks) {
     const size_t at = res.out.find(fmt::format("\"id\":\"{}\"", id));
-    ASSERT_NE(at, std::string::npos) << id << "\n" << res.out.substr(0, 4000) << res.err;
+    EXPECT_NE(at, std::string::npos) << id << "\n" << res.out.substr(0, 4000) << res.err;
+    if (at == std::string::npos) continue;
     const std::string entry = res.out.substr(at, res.out.find('}', at) - at);
-    EXPECT_NE(entry.find("\"result\":\"stopped\""), std::string::npos) << entry;
+    const size_t r = entry.find("\"result\":\"");
+    results[id] = r == std::string::npos ? entry : entry.substr(r + 10, entry.find('"', r + 10) - r - 10);
+    if (results[id] != "stopped") results[id] += " | " + entry;  // the evidence, when it fails
   }
-  EXPECT_FALSE(exists("/run/netns/motor-eg-" + runner::egress_tag(dir + "/state")));
+  struct stat st {};
+  EXPECT_NE(stat(("/run/netns/motor-eg-" + runner::egress_tag(dir + "/state")).c_str(), &st), 0) << "egress left behind";
   remove_tree(dir);
+  return results;
+}
+
+// `motor-runner gate` (the installed binary: no test switch) with outbound enabled on the test
+// uplink: each outbound attack is stopped, and by the policy's own drop rule (its counter).
+TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
+  const auto results = gate_outbound(up_);
+  for (const char* id : kOutboundAttacks) EXPECT_EQ(results.count(id) ? results.at(id) : "", "stopped") << id;
+}
+
+// The gate can fail: with one outbound control weakened (motor-runner-testing --test-weaken),
+// exactly its attack reports GOT THROUGH and the other outbound attacks are still stopped. These
+// are the outbound rows of gate_test.cpp's GateWeakened table (they need this fixture's uplink).
+class RunnerNetworkWeakened : public RunnerNetwork {
+ protected:
+  void expect_only_through(const std::string& weaken, const std::string& through) {
+    const auto results = gate_outbound(up_, weaken);
+    for (const char* id : kOutboundAttacks) {
+      const std::string result = results.count(id) ? results.at(id) : "";
+      if (id == through)
+        EXPECT_EQ(result.substr(0, 11), "got_through") << weaken << ": " << id << ": " << result;
+      else
+        EXPECT_EQ(result, "stopped") << weaken << ": " << id;
+    }
+  }
+};
+
+TEST_F(RunnerNetworkWeakened, OutboundRangesLetsTheRangesAttackThrough) {
+  expect_only_through("outbound-ranges", "net-outbound-ranges");
+}
+TEST_F(RunnerNetworkWeakened, OutboundHostLetsTheHostAttackThrough) {
+  expect_only_through("outbound-host", "net-outbound-host");
+}
+TEST_F(RunnerNetworkWeakened, OutboundIpv6LetsTheIpv6AttackThrough) {
+  expect_only_through("outbound-ipv6", "net-outbound-ipv6");
+}
+TEST_F(RunnerNetworkWeakened, OutboundDnsFilterLetsTheDnsPrivateAttackThrough) {
+  expect_only_through("outbound-dns-filter", "net-outbound-dns-private");
 }
 
 TEST_F(RunnerNetwork, OutboundIsRefusedUnlessTheRunnerEnablesIt) {
