@@ -25,6 +25,7 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -407,6 +408,23 @@ TEST_F(RunnerNetwork, OutboundJobHasNoIpv6AndOfflineJobOnlyLoopback) {
   EXPECT_EQ(off["links"], "lo");
   EXPECT_EQ(off[fmt::format("tcp:198.51.100.7:{}", kPort)], "FAIL:OSError");
   EXPECT_EQ(off["gai:public.test"], "none");
+}
+
+// The job starter (runner/job_starter.hpp) starts outbound jobs too: the runner passes it the
+// egress namespace's fd with the request. Seen by the job's network namespace: one the starter
+// held in its pool, which only the starter has (a job the runner starts itself gets a new one).
+TEST_F(RunnerNetwork, OutboundJobsAreStartedByTheJobStarter) {
+  auto r = outbound_runner();
+  ASSERT_TRUE(r->start()) << r->log();
+  const pid_t starter = job_starter_of(r->pid());
+  ASSERT_GT(starter, 0) << "no motor-starter process under the runner";
+  const auto pool = full_pool(starter, 4, std::filesystem::read_symlink(fmt::format("/proc/{}/ns/net", r->pid())).string());
+  ASSERT_EQ(pool.size(), 4u) << "the pool never filled";
+  auto res = r->client({"run", "--network", "outbound", "--", "/bin/sh", "-c", "readlink /proc/self/ns/net; ls /proc/sys/net/ipv4/conf"});
+  ASSERT_EQ(res.exit_code, 0) << res.out << res.err << r->log();
+  const std::string job_ns = res.out.substr(0, res.out.find('\n'));
+  EXPECT_TRUE(pool.count(job_ns)) << job_ns << " was not in the starter's pool: the runner started the job itself";
+  EXPECT_NE(res.out.find("\neth0\n"), std::string::npos) << "no outbound interface: " << res.out;
 }
 
 // Control: the resolver's answer filter (dns_filter.cpp), over UDP and TCP.
