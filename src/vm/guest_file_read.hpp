@@ -19,10 +19,11 @@ struct GuestFileRead {
   std::string path;
   size_t max_bytes = 0;
   int64_t chunk_bytes = 64 * 1024;
-  uint64_t request_timeout_ms = 30000;
+  uint64_t timeout_ms = 30000;  // for the whole read, every request included
 };
 
-// `done` runs once with the file's bytes or why not ("missing", over max_bytes, an agent error).
+// `done` runs once with the file's bytes or why not ("missing", over max_bytes, past timeout_ms,
+// an agent error; after a timeout the agent connection is broken).
 // If `agent` is destroyed first, `done` never runs (its pending reply goes with it).
 void read_guest_file(QgaClient& agent, simdjson::dom::parser& parser, GuestFileRead spec,
                      std::function<void(Expected<std::string>)> done);

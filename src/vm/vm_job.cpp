@@ -332,8 +332,10 @@ void VmJob::check_status() {
   });
 }
 
-// The guest runner's listing of what the command changed: read bounded, believed only once every
-// entry is valid. Without one the job still ends as it ended; only its report is null.
+// The guest runner's listing of what the command changed: read bounded in bytes and in time (one
+// request timeout for the whole file: the deadline no longer applies once the command exited),
+// believed only once every entry is valid. Without one the job still ends as it ended; only its
+// report is null.
 void VmJob::read_changes() {
   phase_ = Phase::kListing;
   GuestFileRead file{spec_.guest_changes, kMaxListingBytes, spec_.read_chunk_bytes, spec_.request_timeout_ms};

@@ -280,12 +280,6 @@ TEST_F(VmJobs, ARestartedRunnerDestroysTheVmOfADeadOne) {
 namespace motor::test {
 namespace {
 
-std::string sh(const std::string& cwd, const std::string& script) {
-  auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(120), cwd);
-  EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.err;
-  return r.out;
-}
-
 // Issue 8 "Workspace into the guest": a workspace prepared from a real Git checkout reaches the
 // guest through the transfer disk; the command runs in its cwd there; what it changed comes back
 // from the guest's listing; the data disk keeps its new files for the next job of the key. The
@@ -297,6 +291,10 @@ TEST_F(VmJobs, PreparedWorkspaceCwdChangesAndWhatTheDataDiskKeeps) {
     std::string dir;
     ~Cleanup() { remove_tree(dir); }
   } cleanup{base};
+  auto sh = [](const std::string& cwd, const std::string& script) {
+    auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(120), cwd);
+    return r.exit_code == 0 ? r.out : "<failed: " + r.err + ">";
+  };
   sh(base, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
            "mkdir -p src && echo 'fn main() {}' > src/main.rs && echo 'line 1' > f1.txt && echo 'line 2' > f2.txt && "
            "echo keep > f3.txt && git add -A && git commit -qm init");
