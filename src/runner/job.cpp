@@ -175,7 +175,10 @@ void Job::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
     out_read_.reset();
     err_read_.reset();
     log_error("job {}: could not start: {}", id_, spawned.error().message);
-    if (auto s = cgroup_->remove(); !s) log_job(id_, "removing the cgroup: {}", s.error().message);
+    if (auto s = cgroup_->remove(); !s) {
+      log_job(id_, "removing the cgroup: {}", s.error().message);
+      runner_.retire_cgroup(cgroup_->directories(), "job " + id_);
+    }
     cgroup_.reset();
     state_ = State::kQueued;  // never ran: the runner ends it as refused
     runner_.job_start_failed(*this, spawned.error().message);
@@ -504,17 +507,21 @@ void Job::finish() {
     t.outcome.signal = WTERMSIG(wait_status_);
     t.ran = "remote";
   }
-  t.seq = log_->last_seq() + 1;
-  terminal_json_ = protocol::encode_terminal(t);
-  append_record(terminal_json_);
-
+  // The cgroup goes before the terminal record, so a client that saw `terminal` finds nothing of
+  // the job left; one still busy (a dying process on a loaded host) is removed in the background.
   if (auto s = [&] {
         reactor::SlowCall timed("removing a job cgroup");
         return cgroup_->remove();
       }();
-      !s)
+      !s) {
     log_job(id_, "removing the cgroup: {}", s.error().message);
+    runner_.retire_cgroup(cgroup_->directories(), "job " + id_);
+  }
   cgroup_.reset();
+  t.seq = log_->last_seq() + 1;
+  terminal_json_ = protocol::encode_terminal(t);
+  append_record(terminal_json_);
+
   deadline_.close();
   empty_poll_.close();
   retry_timer_.close();

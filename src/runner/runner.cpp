@@ -127,6 +127,7 @@ std::string summarize(const protocol::RunParams& p) {
 Runner::Runner(uv_loop_t* loop, Config config)
     : loop_(loop),
       config_(std::move(config)),
+      cgroup_retirement_(loop),
       stall_(loop),
       notifier_(loop),
       parser_(protocol::kMaxFrameBytes),
@@ -137,6 +138,7 @@ Runner::Runner(uv_loop_t* loop, Config config)
 Runner::~Runner() {
   // A clean shutdown: every job has ended and its cgroup is gone; the parent goes too (after a
   // kill -9 it stays, and the next start cleans what is under it).
+  cgroup_retirement_.remove_now();
   if (shutting_down_ && cgroups_) {
     if (auto s = cgroups_->remove_parent(); !s) log_warning("leaving the cgroup parent: {}", s.error().message);
   }

@@ -17,6 +17,7 @@
 #include "reactor/stall_meter.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
+#include "runner/cgroup_retirement.hpp"
 #include "runner/config.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
@@ -67,6 +68,8 @@ class Runner {
   void job_finished(Job& job);
   // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
   void job_start_failed(Job& job, const std::string& detail);
+  // A job cgroup that is still busy at the job's end: removed in the background.
+  void retire_cgroup(std::vector<std::string> dirs, std::string what) { cgroup_retirement_.retire(std::move(dirs), std::move(what)); }
   void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
   // A job's processes are gone: its workspace is scanned for what it changed, then the job
@@ -117,6 +120,7 @@ class Runner {
   std::string init_path_;  // motor-init on the host
   CpuClaims cpu_claims_ = CpuClaims::from_sysfs();
   std::unique_ptr<sandbox::CgroupDriver> cgroups_;
+  CgroupRetirement cgroup_retirement_;
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
   simdjson::dom::parser parser_;

@@ -1,6 +1,7 @@
 #include "runner/vm_host.hpp"
 
 #include <dirent.h>
+#include <errno.h>
 #include <libvirt/virterror.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -163,7 +164,9 @@ void VmHost::recover_leftovers() {
     auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
                                       [this, name](Expected<std::string> r) {
                                         if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
-                                        rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name).c_str());
+                                        // QEMU may still be exiting: a busy cgroup is removed in the background.
+                                        const std::string pids = "/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name;
+                                        if (rmdir(pids.c_str()) != 0 && errno != ENOENT) retirement_.retire({pids}, "VM job " + name);
                                         recovery_.erase(name);  // destroys this call: nothing runs after it
                                       });
     if (call) recovery_[name] = std::move(*call);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "runner/config.hpp"
+#include "runner/cgroup_retirement.hpp"
 #include "runner/cpu_claims.hpp"
 #include "sandbox/accounts.hpp"
 #include "vm/helper_call.hpp"
@@ -40,12 +41,13 @@ class VmHost {
                          const sandbox::Account& job_account) const;
 
  private:
-  VmHost(uv_loop_t* loop, const Config& config) : loop_(loop), config_(config) {}
+  VmHost(uv_loop_t* loop, const Config& config) : loop_(loop), config_(config), retirement_(loop) {}
   void setup(const std::string& init_path);
   void recover_leftovers();
 
   uv_loop_t* loop_;
   Config config_;
+  CgroupRetirement retirement_;  // pids cgroups of an earlier runner's VMs that were still busy
   std::optional<std::string> unavailable_;
   bool emulated_ = false;
   sandbox::Account qemu_account_;

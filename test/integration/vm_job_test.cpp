@@ -266,9 +266,12 @@ TEST_F(VmJobs, ARestartedRunnerDestroysTheVmOfADeadOne) {
   for (int i = 0; i < 600 && !processes_with("guest=motor-" + job_id).empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  for (int i = 0; i < 100; ++i) {  // the helper deletes the directory right after the destroy
+  // The helper deletes the directory right after the destroy; the runner removes the pids cgroup
+  // when the helper has answered (in the background while QEMU is still exiting).
+  const std::string pids = "/sys/fs/cgroup/pids/" + runner_->cgroup_parent() + "-vm/" + job_id;
+  for (int i = 0; i < 200; ++i) {
     struct stat st {};
-    if (stat((runner_->dir() + "/vm/" + job_id).c_str(), &st) != 0) break;
+    if (stat((runner_->dir() + "/vm/" + job_id).c_str(), &st) != 0 && stat(pids.c_str(), &st) != 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   expect_torn_down(*runner_, job_id);
