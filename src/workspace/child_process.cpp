@@ -91,6 +91,10 @@ void run_child(uv_loop_t* loop, ChildSpec spec, std::function<void(ChildResult)>
   env.push_back(nullptr);
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
+  if (c->spec.stdin_fd >= 0) {
+    stdio[0].flags = UV_INHERIT_FD;
+    stdio[0].data.fd = c->spec.stdin_fd;
+  }
   stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
   stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&c->out);
   stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);

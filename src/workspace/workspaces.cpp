@@ -13,6 +13,7 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/unique_fd.hpp"
+#include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 #include "reactor/slow_call.hpp"
 #include "workspace/child_process.hpp"
@@ -29,35 +30,20 @@ constexpr uint64_t kScanTimeoutMs = 300000;
 // Ref the client's bundle carries (docs/protocol.md "Workspaces").
 constexpr const char* kBundleRef = "refs/motor/synthetic";
 
-// Fetches the bundle into the mirror and checks it holds the announced commit and tree.
-// Runs as the mirror account; its inputs are the runner's mirror and the uploaded file.
-// Exit 10: bundle rejected; 11: tree hash mismatch; 13: not the announced commit; 12: other.
-constexpr const char* kMirrorScript = R"sh(set -u
-m=$1 b=$2 key=$3 tid=$4 commit=$5 tree=$6
-if [ ! -f "$m/HEAD" ]; then git init -q --bare "$m" || exit 12; fi
-git --git-dir="$m" fetch -q --no-tags --no-write-fetch-head "$b" "+refs/motor/synthetic:refs/motor/incoming/$tid" || exit 10
-ids=$(git --git-dir="$m" rev-parse "refs/motor/incoming/$tid^{commit}" "refs/motor/incoming/$tid^{tree}") || exit 10
-got=${ids%%[!0-9a-f]*} gottree=${ids##*[!0-9a-f]}
-if [ "$got" != "$commit" ] || [ "$gottree" != "$tree" ]; then
-  git --git-dir="$m" update-ref -d "refs/motor/incoming/$tid"
-  [ "$got" = "$commit" ] || { echo "the bundle holds commit $got" >&2; exit 13; }
-  echo "the bundle's tree is $gottree" >&2
-  exit 11
-fi
-printf 'delete refs/motor/incoming/%s\nupdate refs/motor/ws/%s %s\n' "$tid" "$key" "$got" |
-  git --git-dir="$m" update-ref --stdin || exit 12
-)sh";
-
 // Updates the workspace to exactly the commit's tree, in the sandbox as the job account, with
 // the runner's git dir (/meta/git, objects from the read-only mirror) and index (/meta/index,
-// which holds the stat data of the last checkout). Only files whose content differs are
-// rewritten, so unchanged files keep their mtimes. "clean" (no job changed anything since the
-// last checkout): a two-way read-tree from the last commit touches only the paths that differ
-// between the two trees. Otherwise: a refresh re-hashes files whose stat data moved, a reset
-// restores what jobs changed, and untracked files are removed; ignored ones (target/) stay.
-// A .git a job made is removed either way.
+// which holds the stat data of the last checkout). First the commit must be in the mirror
+// (exit 13) and its tree the announced one (exit 11): nothing has been touched then. Only
+// files whose content differs are rewritten, so unchanged files keep their mtimes. "clean" (no
+// job changed anything since the last checkout): a two-way read-tree from the last commit
+// touches only the paths that differ between the two trees. Otherwise: a refresh re-hashes
+// files whose stat data moved, a reset restores what jobs changed, and untracked files are
+// removed; ignored ones (target/) stay. A .git a job made is removed either way. HEAD (the
+// checked-out commit, for the next two-way read-tree and the scan's status) is written by the
+// shell: a detached HEAD is the commit id on one line, and this git dir is the runner's own.
+// Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits.
 constexpr const char* kCheckoutScript = R"sh(set -u
-commit=$1 mode=$2
+commit=$1 tree=$2 mode=$3
 export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
 if [ ! -f /meta/git/HEAD ]; then
   env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
@@ -65,13 +51,15 @@ if [ ! -f /meta/git/HEAD ]; then
   mode=full
 fi
 echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
+got=$(git rev-parse -q --verify "$commit^{tree}") || { echo "the mirror has no commit $commit" >&2; exit 13; }
+[ "$got" = "$tree" ] || { echo "the commit's tree is $got" >&2; exit 11; }
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
 if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
   git update-index -q --refresh >/dev/null 2>&1
   git read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
 fi
-git update-ref --no-deref HEAD "$commit" || exit 12
+echo "$commit" > /meta/git/HEAD || exit 12
 )sh";
 
 // What the job changed against the prepared tree (the runner's index), then the state of a
@@ -448,39 +436,56 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
                                                       p.bundle_bytes.value_or(-1)));
   }
   if (p.commit.empty()) return refuse("bundle_rejected", "workspace.finish needs the bundle's commit");
+  // The header is read here (a bounded read of the runner's own file): its one ref must be the
+  // announced commit. The pack behind it goes to index-pack as that process's stdin.
+  auto bundle = std::make_shared<UniqueFd>();
+  std::string head(protocol::kMaxBundleHeaderBytes, '\0');
+  {
+    reactor::SlowCall timed("reading a bundle header");
+    *bundle = UniqueFd(::open(t->path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    const ssize_t n = *bundle ? ::pread(bundle->get(), head.data(), head.size(), 0) : -1;
+    if (n < 0) return refuse("workspace_setup_failed", fmt::format("reading the bundle: {}", std::strerror(errno)));
+    head.resize(static_cast<size_t>(n));
+  }
+  auto header = protocol::parse_bundle_header(head);
+  if (!header) return refuse("bundle_rejected", header.error().message);
+  if (header->refs.size() != 1 || header->refs[0].name != kBundleRef) {
+    return refuse("bundle_rejected", fmt::format("the bundle must hold exactly one ref, {}", kBundleRef));
+  }
+  if (header->refs[0].id != p.commit) {
+    return refuse("bundle_rejected", fmt::format("the bundle holds commit {}, not the announced {}", header->refs[0].id, p.commit));
+  }
+  if (::lseek(bundle->get(), static_cast<off_t>(header->pack_offset), SEEK_SET) < 0) {
+    return refuse("workspace_setup_failed", fmt::format("reading the bundle: {}", std::strerror(errno)));
+  }
   if (busy(caller, t->key) || jobs_running_(caller, t->key)) {
     return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
   }
   ++busy_[id_key(caller, t->key)];
   std::string commit = p.commit;
   const std::string mirror = mirror_path(caller, t->repository_root);
+  bool mirror_exists = false;
   {
     reactor::SlowCall timed("creating a mirror directory");
     if (auto st = ensure_owned_dir(s_.state_dir + "/mirrors/" + caller, 0700, s_.mirror_uid, s_.mirror_gid); !st) {
       settle(id_key(caller, t->key));
       return refuse("workspace_setup_failed", st.error().message);
     }
+    struct stat st {};
+    mirror_exists = ::stat((mirror + "/HEAD").c_str(), &st) == 0;
   }
-  ChildSpec spec;
-  spec.file = "/bin/sh";
-  spec.argv = {"/bin/sh", "-c", kMirrorScript, "motor-mirror", mirror, t->path, t->key, t->id, commit, t->tree};
-  spec.env = git_env();
-  spec.uid = s_.mirror_uid;
-  spec.gid = s_.mirror_gid;
-  spec.timeout_ms = kMirrorTimeoutMs;
-  spec.max_stdout_bytes = 64 * 1024;
   std::shared_ptr<Transfer> shared(std::move(t));
   const uint64_t fetch_start = uv_hrtime();
-  run_child(loop_, std::move(spec), [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
-                                     reply = std::move(reply)](ChildResult r) mutable {
+  ingest_pack(mirror, !mirror_exists, bundle, [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
+                                                reply = std::move(reply)](ChildResult r) mutable {
     if (!*alive) return;
     unlink(shared->path.c_str());
     const std::string k = id_key(caller, shared->key);
     if (!r.ok()) {
       settle(k);
-      std::string reason = "workspace_setup_failed";
-      if (r.exit_code == 10 || r.exit_code == 13) reason = "bundle_rejected";
-      if (r.exit_code == 11) reason = "tree_hash_mismatch";
+      // index-pack dies (exit 128) on a corrupt pack, an object fsck rejects, or a link to an
+      // object neither in the pack nor in the mirror (a missing prerequisite).
+      const std::string reason = r.exit_code == 128 ? "bundle_rejected" : "workspace_setup_failed";
       return reply(final_reply(shared->request_id, shared->id,
                                Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
     }
@@ -494,6 +499,31 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
     next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
     checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
   });
+}
+
+void Workspaces::ingest_pack(const std::string& mirror, bool create, std::shared_ptr<UniqueFd> pack,
+                             std::function<void(ChildResult)> done) {
+  ChildSpec spec;
+  spec.file = s_.git;
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  spec.max_stdout_bytes = 64 * 1024;
+  if (create) {
+    spec.argv = {s_.git, "init", "-q", "--bare", mirror};
+    return run_child(loop_, std::move(spec), [this, alive = alive_, mirror, pack, done = std::move(done)](ChildResult r) mutable {
+      if (!*alive) return;
+      if (!r.ok()) return done(std::move(r));
+      ingest_pack(mirror, false, std::move(pack), std::move(done));
+    });
+  }
+  // --strict: every object is fsck-checked and every object it links to must be in the pack or
+  // already in the mirror, which holds only objects that passed this same check: so the
+  // received commit is complete. --fix-thin: deltas against the mirror's objects are resolved.
+  spec.argv = {s_.git, "--git-dir=" + mirror, "index-pack", "--stdin", "--fix-thin", "--strict"};
+  spec.stdin_fd = pack->get();
+  run_child(loop_, std::move(spec), std::move(done));
 }
 
 void Workspaces::checkout(const std::string& caller, const std::string& key, Record next, Checked then) {
@@ -515,6 +545,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript);
   spec.argv.push_back(next.tree.commit);
+  spec.argv.push_back(next.tree.tree);
   // Clean only when this workspace was checked out by this runner and no job changed it since.
   auto current = records_.find(k);
   const bool clean = current != records_.end() && !current->second.dirty && current->second.mirror == next.mirror;
@@ -527,6 +558,12 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
                                      then = std::move(then)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
+    if (!r.ok() && (r.exit_code == 11 || r.exit_code == 13)) {
+      // Checked before anything was touched: the workspace and its record are as they were.
+      return then(make_error(r.exit_code == 11 ? "tree_hash_mismatch" : "bundle_rejected",
+                             "the workspace is unchanged; " + r.describe()),
+                  nullptr);
+    }
     if (!r.ok()) {
       // The mirror has the tree; the workspace may be part-way: the next prepare redoes it.
       records_.erase(k);
@@ -546,8 +583,10 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
 Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const {
   return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
     if (!st) {
-      return reply(final_reply(request_id, transfer_id, Refusal{"workspace_setup_failed", st.error().message, std::nullopt},
-                               nullptr));
+      const std::string& code = st.error().code;
+      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected";
+      return reply(final_reply(request_id, transfer_id,
+                               Refusal{known ? code : "workspace_setup_failed", st.error().message, std::nullopt}, nullptr));
     }
     reply(final_reply(request_id, transfer_id, std::nullopt, rec));
   };

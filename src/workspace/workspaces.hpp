@@ -21,7 +21,9 @@
 
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
+#include "motor/unique_fd.hpp"
 #include "workspace/change_report.hpp"
+#include "workspace/child_process.hpp"
 
 namespace motor::workspace {
 
@@ -119,6 +121,10 @@ class Workspaces {
   std::string meta_dir(const std::string& caller, const std::string& key) const;
   std::string record_path(const std::string& caller, const std::string& key) const;
   Status save_record(const std::string& caller, const std::string& key, const Record& r);
+  // Puts the pack read from `pack` into the mirror (creating the mirror first if `create`),
+  // verified, as the mirror account.
+  void ingest_pack(const std::string& mirror, bool create, std::shared_ptr<UniqueFd> pack,
+                   std::function<void(ChildResult)> done);
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
   using Checked = std::function<void(Status, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);

@@ -192,6 +192,22 @@ TEST_F(RunnerWorkspaceSmallLimit, CorruptBundleWrongTreeCutTransferAndOversizeLe
   EXPECT_EQ(json_field(r, "/result/outcome/reason"), "tree_hash_mismatch") << r;
   EXPECT_EQ(snapshot(ws()), before);
 
+  // A well-formed bundle whose tree names a blob the runner never received (its commit was left
+  // out as a prerequisite the runner does not have; no deltas, so the pack itself is whole):
+  // index-pack --strict refuses the dangling links before anything reaches the workspace.
+  sh(repo_, "echo only here > absent.txt && git add absent.txt && git commit -qm three && echo again > f2.txt && "
+            "git commit -qam four && { printf '# v2 git bundle\\n-%s three\\n%s refs/motor/synthetic\\n\\n' "
+            "$(git rev-parse HEAD~1 HEAD); printf '%s\\n^%s\\n' $(git rev-parse HEAD HEAD~1) | "
+            "git pack-objects --revs --stdout -q; } > ../dangling.bundle");
+  r = transfer(sh(repo_, "git rev-parse HEAD^{tree}").substr(0, 40), read_file(base_ + "/dangling.bundle"),
+               sh(repo_, "git rev-parse HEAD").substr(0, 40));
+  EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
+  EXPECT_EQ(snapshot(ws()), before);
+  // The announced commit must be the bundle's ref.
+  r = transfer(tree, good, std::string(40, 'b'));
+  EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
+  EXPECT_EQ(snapshot(ws()), before);
+
   std::string big(1536 * 1024, 'x');
   r = transfer(tree, big, commit);
   EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
