@@ -1,5 +1,6 @@
 #include "client/workspace_sync.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -234,6 +235,23 @@ std::vector<std::string> commits_we_have(const std::string& cache, const std::st
   return ordered;
 }
 
+// Every prepare leaves a commit, and the blobs of files the checkout's own objects lack, loose
+// in the cache. Past about as many loose objects as git's own gc.auto (6,700, estimated from
+// 16 of the 256 fan-out directories, as git does from one), `git gc` runs in the background:
+// it packs what the keep refs (each workspace's last commit) reach and prunes the rest once it
+// is a day old (the private index may name blobs of a commit not made yet). Not waited for.
+void collect_cache_if_large(const std::string& cache) {
+  size_t loose = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (DIR* d = opendir(fmt::format("{}/objects/{:02x}", cache, i).c_str())) {
+      while (dirent* e = readdir(d)) loose += e->d_name[0] != '.';
+      closedir(d);
+    }
+  }
+  if (loose <= 16 * 27) return;
+  (void)git({"--git-dir=" + cache, "gc", "--quiet", "--prune=1.day.ago"}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
+}
+
 void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_point start, bool done) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = s > 0 ? static_cast<double>(sent) / s : 0;
@@ -418,6 +436,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (!r) return r.error();
   if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
   if (!read_outcome(parser, r->raw, outcome)) return Error{"bad_reply", "workspace.finish: no outcome"};
+  if (outcome.prepared) collect_cache_if_large(cache);
   return outcome;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -81,6 +82,20 @@ if [ -d .git ] && [ ! -L .git ]; then
 else
   echo present=0
 fi
+)sh";
+
+// A mirror gets one pack per prepare; past this many it is repacked (git gc).
+constexpr size_t kMirrorMaxPacks = 16;
+
+// Garbage-collects a mirror as the mirror account: its refs become exactly the commits the
+// runner's records name (the workspaces prepared from it), then git gc repacks what they reach
+// and prunes the rest (dropped workspaces, older prepares, packs a refused bundle left). The
+// runner starts no ingest into the mirror while this runs, so nothing arriving can be pruned.
+constexpr const char* kMirrorGcScript = R"sh(set -u
+m=$1; shift
+git --git-dir="$m" for-each-ref --format='delete %(refname)' refs/motor/ | git --git-dir="$m" update-ref --stdin || exit 12
+for c do echo "create refs/motor/keep/$c $c"; done | git --git-dir="$m" update-ref --stdin || exit 12
+exec git --git-dir="$m" gc --quiet --prune=now
 )sh";
 
 // Empties a dropped workspace (moved aside) and the runner's git dir for it, as the job
@@ -196,17 +211,42 @@ Status Workspaces::start() {
           else if (k2 == "tree") r.tree.tree = v;
           else if (k2 == "bundle_bytes") r.tree.bundle_bytes = std::atoll(v.c_str());
           else if (k2 == "prepared_at_ms") r.tree.prepared_at_ms = std::atoll(v.c_str());
+          else if (k2 == "git_present") r.git.present = v == "1";
+          else if (k2 == "git_head" && !v.empty()) r.git.head = v;
+          else if (k2 == "git_ref" && !v.empty()) r.git.ref = v;
+          else if (k2 == "git_index_tree" && !v.empty()) r.git.index_tree = v;
+          else if (k2 == "git_stash_count") r.git.stash_count = std::atoll(v.c_str());
         }
         if (!protocol::is_object_id(r.tree.commit) || !protocol::is_object_id(r.tree.tree)) continue;
         r.mirror = mirror_path(caller, r.tree.repository_root);
         r.tree.workspace_dir = s_.workspace_root + "/" + caller + "/" + key;
-        // The .git state is not kept across restarts: the first job after one reports from
-        // "absent", which a prepare also leaves.
         records_[id_key(caller, key)] = std::move(r);
       }
       closedir(keys);
     }
     closedir(callers);
+  }
+  // Mirrors no record names (their last workspace was dropped, maybe just before a crash) and
+  // mirrors moved aside for removal are removed.
+  if (DIR* callers = opendir((s_.state_dir + "/mirrors").c_str())) {
+    std::vector<std::string> unused;
+    while (dirent* c = readdir(callers)) {
+      if (c->d_name[0] == '.') continue;
+      const std::string dir = s_.state_dir + "/mirrors/" + c->d_name;
+      DIR* list = opendir(dir.c_str());
+      if (!list) continue;
+      while (dirent* m = readdir(list)) {
+        const std::string name = m->d_name;
+        if (name == "." || name == "..") continue;
+        unused.push_back(dir + "/" + name);
+      }
+      closedir(list);
+    }
+    closedir(callers);
+    for (const auto& path : unused) {
+      if (path.substr(path.rfind('/') + 1).starts_with(".trash-")) remove_mirror_files(path);
+      else maintain_mirror(path);
+    }
   }
   expiry_ = new uv_timer_t;
   uv_timer_init(loop_, expiry_);
@@ -224,9 +264,15 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
+    // The .git a job left (git_state_changed of the next job compares with it), so a restart
+    // does not forget it. Its values are single lines (the scan's output is split on '\n').
+    out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
+        << "\ngit_ref=" << r.git.ref.value_or("") << "\ngit_index_tree=" << r.git.index_tree.value_or("")
+        << "\ngit_stash_count=" << r.git.stash_count << "\n";
     if (!out) return make_error("io", "writing " + tmp);
   }
-  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare, no more.
+  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare and one
+  // git_state_changed reported against "absent", no more. The rename keeps it whole.
   if (rename(tmp.c_str(), path.c_str()) < 0) return sys_error("renaming " + tmp);
   return {};
 }
@@ -464,40 +510,46 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
   ++busy_[id_key(caller, t->key)];
   std::string commit = p.commit;
   const std::string mirror = mirror_path(caller, t->repository_root);
-  bool mirror_exists = false;
   {
     reactor::SlowCall timed("creating a mirror directory");
     if (auto st = ensure_owned_dir(s_.state_dir + "/mirrors/" + caller, 0700, s_.mirror_uid, s_.mirror_gid); !st) {
       settle(id_key(caller, t->key));
       return refuse("workspace_setup_failed", st.error().message);
     }
-    struct stat st {};
-    mirror_exists = ::stat((mirror + "/HEAD").c_str(), &st) == 0;
   }
   std::shared_ptr<Transfer> shared(std::move(t));
-  const uint64_t fetch_start = uv_hrtime();
-  ingest_pack(mirror, !mirror_exists, bundle, [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
-                                                reply = std::move(reply)](ChildResult r) mutable {
-    if (!*alive) return;
-    unlink(shared->path.c_str());
-    const std::string k = id_key(caller, shared->key);
-    if (!r.ok()) {
-      settle(k);
-      // index-pack dies (exit 128) on a corrupt pack, an object fsck rejects, or a link to an
-      // object neither in the pack nor in the mirror (a missing prerequisite).
-      const std::string reason = r.exit_code == 128 ? "bundle_rejected" : "workspace_setup_failed";
-      return reply(final_reply(shared->request_id, shared->id,
-                               Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
-    }
-    Record next;
-    if (auto it2 = records_.find(k); it2 != records_.end()) next.git = it2->second.git;
-    next.mirror = mirror;
-    next.tree.repository_root = shared->repository_root;
-    next.tree.commit = commit;
-    next.tree.tree = shared->tree;
-    next.tree.bundle_bytes = shared->received;
-    next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
-    checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+  // However the prepare ends, the mirror is free again once it has answered.
+  reply = [this, alive = alive_, mirror, inner = std::move(reply)](std::string json) {
+    inner(std::move(json));
+    if (*alive) release_mirror(mirror);
+  };
+  use_mirror(mirror, [this, alive = alive_, shared, commit, mirror, caller, bundle, reply = std::move(reply)]() mutable {
+    struct stat mirror_head {};
+    const bool mirror_exists = ::stat((mirror + "/HEAD").c_str(), &mirror_head) == 0;
+    const uint64_t fetch_start = uv_hrtime();
+    ingest_pack(mirror, !mirror_exists, bundle, [this, alive, shared, commit, mirror, caller, fetch_start,
+                                                  reply = std::move(reply)](ChildResult r) mutable {
+      if (!*alive) return;
+      unlink(shared->path.c_str());
+      const std::string k = id_key(caller, shared->key);
+      if (!r.ok()) {
+        settle(k);
+        // index-pack dies (exit 128) on a corrupt pack, an object fsck rejects, or a link to an
+        // object neither in the pack nor in the mirror (a missing prerequisite).
+        const std::string reason = r.exit_code == 128 ? "bundle_rejected" : "workspace_setup_failed";
+        return reply(final_reply(shared->request_id, shared->id,
+                                 Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
+      }
+      Record next;
+      if (auto it2 = records_.find(k); it2 != records_.end()) next.git = it2->second.git;
+      next.mirror = mirror;
+      next.tree.repository_root = shared->repository_root;
+      next.tree.commit = commit;
+      next.tree.tree = shared->tree;
+      next.tree.bundle_bytes = shared->received;
+      next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
+      checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+    });
   });
 }
 
@@ -623,7 +675,14 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   if (auto st = validate_workspace_key(key); !st) return st;
   const std::string k = id_key(caller, key);
   if (busy(caller, key)) return make_error("workspace_busy", "a prepare is updating this workspace; drop it once that ends");
+  std::string mirror;
+  if (auto it = records_.find(k); it != records_.end()) mirror = it->second.mirror;
   const bool had_record = records_.erase(k) > 0;
+  if (!mirror.empty()) {
+    // Its objects go with it: the mirror is collected (or removed, if no workspace is left).
+    mirrors_[mirror].wanted = true;
+    maintain_mirror(mirror);
+  }
   unlink(record_path(caller, key).c_str());
   const std::string dir = s_.workspace_root + "/" + caller + "/" + key;
   const std::string meta = meta_dir(caller, key);
@@ -713,7 +772,14 @@ void Workspaces::scan(const std::string& caller, const std::string& key, std::fu
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
+    const bool git_moved = !(rec->second.git == report->git);
     rec->second.git = report->git;
+    if (git_moved) {
+      const auto slash = k.rfind('/');  // keys hold no '/'
+      if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
+        std::fprintf(stderr, "motor-runner: workspace %s: saving its .git state: %s\n", k.c_str(), st.error().message.c_str());
+      }
+    }
     rec->second.dirty = !report->changes.empty() || report->git.present;
     done(std::move(base));
   });
@@ -741,6 +807,87 @@ void Workspaces::list_prepared_files(const std::string& caller, const std::strin
       at = end + 1;
     }
     done(std::move(files));
+  });
+}
+
+void Workspaces::use_mirror(const std::string& mirror, std::function<void()> go) {
+  MirrorUse& m = mirrors_[mirror];
+  if (m.collecting) return m.waiting.push_back(std::move(go));
+  ++m.users;
+  go();
+}
+
+void Workspaces::release_mirror(const std::string& mirror) {
+  auto it = mirrors_.find(mirror);
+  if (it == mirrors_.end() || --it->second.users > 0) return;
+  maintain_mirror(mirror);
+}
+
+size_t Workspaces::mirror_pack_count(const std::string& mirror) const {
+  reactor::SlowCall timed("counting a mirror's packs");
+  size_t packs = 0;
+  if (DIR* d = opendir((mirror + "/objects/pack").c_str())) {
+    while (dirent* e = readdir(d)) packs += std::string_view(e->d_name).ends_with(".pack");
+    closedir(d);
+  }
+  return packs;
+}
+
+void Workspaces::maintain_mirror(const std::string& mirror) {
+  MirrorUse& m = mirrors_[mirror];
+  if (m.users > 0 || m.collecting) return;  // checked again when it is free
+  std::vector<std::string> keep;
+  for (const auto& [k, r] : records_) {
+    if (r.mirror == mirror) keep.push_back(r.tree.commit);
+  }
+  if (keep.empty()) {
+    // No workspace is prepared from it: moved aside at once (a new prepare of the repository
+    // starts a fresh mirror), removed by the mirror account.
+    mirrors_.erase(mirror);
+    static uint64_t counter = 0;
+    const std::string dir = mirror.substr(0, mirror.rfind('/'));
+    const std::string trash = fmt::format("{}/.trash-{}-{}", dir, now_ms(), ++counter);
+    reactor::SlowCall timed("moving an unused mirror aside");
+    if (::rename(mirror.c_str(), trash.c_str()) == 0) remove_mirror_files(trash);
+    return;
+  }
+  if (!m.wanted && mirror_pack_count(mirror) <= kMirrorMaxPacks) return;
+  m.wanted = false;
+  m.collecting = true;
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  ChildSpec spec;
+  spec.file = "/bin/sh";
+  spec.argv = {"/bin/sh", "-c", kMirrorGcScript, "motor-mirror-gc", mirror};
+  spec.argv.insert(spec.argv.end(), keep.begin(), keep.end());
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  spec.max_stdout_bytes = 64 * 1024;
+  run_child(loop_, std::move(spec), [this, alive = alive_, mirror](ChildResult r) {
+    if (!*alive) return;
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), r.describe().c_str());
+    MirrorUse& use = mirrors_[mirror];
+    use.collecting = false;
+    // Prepares that waited for it go on now; all count as users before any starts.
+    auto waiting = std::move(use.waiting);
+    use.waiting.clear();
+    use.users += static_cast<int>(waiting.size());
+    for (auto& go : waiting) go();
+  });
+}
+
+void Workspaces::remove_mirror_files(const std::string& path) {
+  ChildSpec spec;
+  spec.file = "/bin/rm";
+  spec.argv = {"rm", "-rf", "--", path};
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  run_child(loop_, std::move(spec), [path](ChildResult r) {
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), r.describe().c_str());
   });
 }
 
