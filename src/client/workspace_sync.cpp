@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -101,8 +103,19 @@ Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std
   UniqueFd o(out[0]), e(err[0]), i_read(in[0]), i_write(in[1]);
   if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
   i_read.reset();
-  if (!io.input.empty() && write(i_write.get(), io.input.data(), io.input.size()) != static_cast<ssize_t>(io.input.size())) {
-    return Error{"io", "writing to git failed"};
+  if (!io.input.empty()) {
+    // A git that already died must not take the client with it: SIGPIPE is held back for the
+    // write (EPIPE then) and a pending one taken away.
+    sigset_t pipe_only, old_mask;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+    const ssize_t n = write(i_write.get(), io.input.data(), io.input.size());
+    const timespec no_wait{0, 0};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    if (n != static_cast<ssize_t>(io.input.size())) return Error{"io", "writing to git failed"};
   }
   i_write.reset();
   GitRun r;
