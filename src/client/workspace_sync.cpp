@@ -1,19 +1,25 @@
 #include "client/workspace_sync.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <span>
 
 #include <fmt/format.h>
 
 #include "motor/unique_fd.hpp"
 #include "protocol/base64.hpp"
+#include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 
 extern char** environ;
@@ -24,10 +30,42 @@ namespace {
 struct GitRun {
   int status = -1;
   std::string out, err;
+  pid_t pid = -1;  // a call started without waiting
+};
+
+// git's absolute path, found on PATH once: every spawn would otherwise search PATH again.
+const std::string& git_path() {
+  static const std::string path = [] {
+    const char* env_path = getenv("PATH");
+    std::string_view dirs = env_path ? env_path : "/usr/bin:/bin";
+    while (!dirs.empty()) {
+      const auto colon = dirs.find(':');
+      const std::string dir(dirs.substr(0, colon));
+      dirs.remove_prefix(colon == std::string_view::npos ? dirs.size() : colon + 1);
+      const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/git";
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return std::string("/usr/bin/git");
+  }();
+  return path;
+}
+
+void reap(pid_t pid) {
+  if (pid <= 0) return;
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// What a git call reads and where its output goes (default: nothing in, stdout collected).
+struct GitIo {
+  std::string input;  // written to its stdin (small: it must fit the pipe buffer)
+  int out_fd = -1;    // >= 0: its stdout goes there instead of being collected
+  bool wait = true;   // false: start it and return; `pid` in the result, wait with reap()
 };
 
 // Runs git with the caller's environment plus `extra`; collects stdout and stderr.
-Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra = {}) {
+Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra = {},
+                     const GitIo& io = {}) {
   std::vector<std::string> env_store;
   for (char** e = environ; *e; ++e) {
     const std::string_view v(*e);
@@ -43,21 +81,48 @@ Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std
   all.insert(all.end(), args.begin(), args.end());
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int out[2], err[2];
+  int out[2], err[2], in[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  if (!io.input.empty() && pipe2(in, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  if (in[0] >= 0) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (!io.wait) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  }
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, "git", &fa, nullptr, argv.data(), env.data());
+  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
   posix_spawn_file_actions_destroy(&fa);
   close(out[1]);
   close(err[1]);
-  UniqueFd o(out[0]), e(err[0]);
+  UniqueFd o(out[0]), e(err[0]), i_read(in[0]), i_write(in[1]);
   if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
+  i_read.reset();
+  if (!io.input.empty()) {
+    // A git that already died must not take the client with it: SIGPIPE is held back for the
+    // write (EPIPE then) and a pending one taken away.
+    sigset_t pipe_only, old_mask;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+    const ssize_t n = write(i_write.get(), io.input.data(), io.input.size());
+    const timespec no_wait{0, 0};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    if (n != static_cast<ssize_t>(io.input.size())) return Error{"io", "writing to git failed"};
+  }
+  i_write.reset();
   GitRun r;
+  if (!io.wait) {
+    r.pid = pid;
+    return r;
+  }
   pollfd fds[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
@@ -155,6 +220,51 @@ bool read_outcome(simdjson::dom::parser& parser, const std::string& raw, Prepare
   return true;
 }
 
+// The commits of `have` this cache can build on. A commit the cache made is a loose object of
+// its own (or of the checkout's, through alternates) unless a gc packed it: checked with a
+// stat, and only the rest asked of git, in one call.
+std::vector<std::string> commits_we_have(const std::string& cache, const std::string& checkout_objects,
+                                         const std::vector<std::string>& have) {
+  std::vector<std::string> known, unsure;
+  // A few suffice (the first is the parent); bounded so git's answer fits a pipe unread.
+  for (const auto& h : std::span(have).first(std::min<size_t>(have.size(), 256))) {
+    const std::string rel = "/" + h.substr(0, 2) + "/" + h.substr(2);
+    if (file_exists(cache + "/objects" + rel) || file_exists(checkout_objects + rel)) known.push_back(h);
+    else unsure.push_back(h);
+  }
+  if (unsure.empty()) return known;
+  std::string query;
+  for (const auto& h : unsure) query += h + "\n";
+  auto r = git({"--git-dir=" + cache, "cat-file", "--batch-check=%(objectname) %(objecttype)"}, {}, GitIo{.input = query, .out_fd = -1, .wait = true});
+  if (!r || r->status != 0) return known;
+  for (const auto& h : unsure) {
+    if (r->out.find(h + " commit\n") != std::string::npos) known.push_back(h);
+  }
+  // Keep the runner's order: its first is this workspace's last commit, the best parent.
+  std::vector<std::string> ordered;
+  for (const auto& h : have) {
+    if (std::find(known.begin(), known.end(), h) != known.end()) ordered.push_back(h);
+  }
+  return ordered;
+}
+
+// Every prepare leaves a commit, and the blobs of files the checkout's own objects lack, loose
+// in the cache. Past about as many loose objects as git's own gc.auto (6,700, estimated from
+// 16 of the 256 fan-out directories, as git does from one), `git gc` runs in the background:
+// it packs what the keep refs (each workspace's last commit) reach and prunes the rest once it
+// is a day old (the private index may name blobs of a commit not made yet). Not waited for.
+void collect_cache_if_large(const std::string& cache) {
+  size_t loose = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (DIR* d = opendir(fmt::format("{}/objects/{:02x}", cache, i).c_str())) {
+      while (dirent* e = readdir(d)) loose += e->d_name[0] != '.';
+      closedir(d);
+    }
+  }
+  if (loose <= 16 * 27) return;
+  (void)git({"--git-dir=" + cache, "gc", "--quiet", "--prune=1.day.ago"}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
+}
+
 void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_point start, bool done) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = s > 0 ? static_cast<double>(sent) / s : 0;
@@ -165,16 +275,25 @@ void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_
 }  // namespace
 
 Expected<Checkout> find_checkout(const std::string& dir) {
-  auto r = git({"-C", dir, "rev-parse", "--show-toplevel", "--show-prefix"});
+  // One git call for all four: each process costs ~10-20 ms on a loaded host.
+  auto r = git({"-C", dir, "rev-parse", "--show-toplevel", "--show-prefix", "--path-format=absolute", "--git-path",
+                "objects", "--git-path", "index"});
   if (!r) return r.error();
   if (r->status != 0) return Error{"not_a_checkout", dir + " is not inside a Git checkout"};
-  const std::string out = r->out;
-  const auto nl = out.find('\n');
-  if (nl == std::string::npos) return Error{"not_a_checkout", "git rev-parse said nothing"};
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < r->out.size();) {
+    const auto nl = r->out.find('\n', at);
+    if (nl == std::string::npos) break;
+    lines.push_back(r->out.substr(at, nl - at));
+    at = nl + 1;
+  }
+  if (lines.size() != 4) return Error{"not_a_checkout", "git rev-parse: unexpected output"};
   Checkout c;
-  c.root = out.substr(0, nl);
-  c.rel_cwd = trimmed(out.substr(nl + 1));
+  c.root = lines[0];
+  c.rel_cwd = lines[1];
   while (!c.rel_cwd.empty() && c.rel_cwd.back() == '/') c.rel_cwd.pop_back();
+  c.objects_dir = lines[2];
+  c.index_path = lines[3];
   return c;
 }
 
@@ -194,13 +313,8 @@ std::string derive_workspace_key(const std::string& root) {
 Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
                                            bool progress) {
   const std::string& root = checkout.root;
-  auto paths = git_ok({"-C", root, "rev-parse", "--path-format=absolute", "--git-path", "objects", "--git-path", "index"});
-  if (!paths) return paths.error();
-  const auto nl = paths->find('\n');
-  if (nl == std::string::npos) return Error{"git", "git rev-parse --git-path: unexpected output"};
-  const std::string objects_dir = paths->substr(0, nl), index_path = paths->substr(nl + 1);
-  const std::string* objects = &objects_dir;
-  const std::string* index = &index_path;
+  const std::string* objects = &checkout.objects_dir;
+  const std::string* index = &checkout.index_path;
 
   // The private cache repository: objects of synthetic commits, the private index (its stat
   // data makes the next `git add` hash only what changed) and the last bundled commits.
@@ -255,11 +369,8 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
     }
   }
   // Prerequisites: what the runner has that we still have; the first becomes the parent, so
-  // the bundle holds only the objects that differ from it.
-  std::vector<std::string> known;
-  for (const auto& h : have) {
-    if (auto r = git({"--git-dir=" + cache, "cat-file", "-e", h + "^{commit}"}); r && r->status == 0) known.push_back(h);
-  }
+  // the pack holds only the objects that differ from it.
+  const std::vector<std::string> known = commits_we_have(cache, *objects, have);
   const std::vector<std::string> fixed_identity = {
       "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
       "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
@@ -270,20 +381,33 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   }
   auto commit = git_ok(commit_args, fixed_identity);
   if (!commit) return commit.error();
-  if (auto s = git_ok({"--git-dir=" + cache, "update-ref", "refs/motor/synthetic", *commit}); !s) return s.error();
-  if (auto s = git_ok({"--git-dir=" + cache, "update-ref", "refs/motor/keep/" + key, *commit}); !s) return s.error();
+  // The keep ref (what the cache's pruning keeps) is written while the bundle is made and sent.
+  auto keep = git({"--git-dir=" + cache, "update-ref", "refs/motor/keep/" + key, *commit}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() { reap(pid); }
+  } keep_reaper{keep ? keep->pid : -1};
+  // The bundle: its header written here, the pack by pack-objects (what `git bundle create`
+  // does, without its extra process and ref walk).
   const std::string bundle = cache + "/motor-" + std::to_string(getpid()) + ".bundle";
-  std::vector<std::string> bundle_args = {"--git-dir=" + cache, "bundle", "create", "-q", bundle, "refs/motor/synthetic"};
-  for (const auto& k : known) bundle_args.push_back("^" + k);
-  auto made = git_ok(bundle_args);
-  if (!made) return made.error();
   struct Cleanup {
     std::string path;
     ~Cleanup() { unlink(path.c_str()); }
   } cleanup{bundle};
-  UniqueFd fd(open(bundle.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(open(bundle.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return Error{"io", fmt::format("writing {}: {}", bundle, std::strerror(errno))};
+  const std::string header = protocol::format_bundle_header(*commit, "refs/motor/synthetic", known);
+  if (write(fd.get(), header.data(), header.size()) != static_cast<ssize_t>(header.size())) {
+    return Error{"io", "writing the bundle " + bundle};
+  }
+  std::string revs = *commit + "\n";
+  for (const auto& k : known) revs += "^" + k + "\n";
+  auto packed = git({"--git-dir=" + cache, "pack-objects", "--stdout", "--thin", "--delta-base-offset", "--revs", "-q"}, {},
+                    GitIo{.input = revs, .out_fd = fd.get(), .wait = true});
+  if (!packed) return packed.error();
+  if (packed->status != 0) return Error{"git", "git pack-objects failed: " + trimmed(packed->err)};
   struct stat st {};
-  if (!fd || fstat(fd.get(), &st) < 0) return Error{"io", "reading the bundle " + bundle};
+  if (fstat(fd.get(), &st) < 0) return Error{"io", "reading the bundle " + bundle};
   const int64_t total = st.st_size;
   if (total > max_bundle) {
     return Error{"bundle_rejected", fmt::format("the bundle is {} bytes, over the runner's limit of {} bytes "
@@ -325,6 +449,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (!r) return r.error();
   if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
   if (!read_outcome(parser, r->raw, outcome)) return Error{"bad_reply", "workspace.finish: no outcome"};
+  if (outcome.prepared) collect_cache_if_large(cache);
   return outcome;
 }
 

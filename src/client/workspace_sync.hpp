@@ -18,6 +18,7 @@ namespace motor::client {
 struct Checkout {
   std::string root;     // the top of the work tree (git rev-parse --show-toplevel)
   std::string rel_cwd;  // the directory the command runs in, relative to root ("" = root)
+  std::string objects_dir, index_path;  // the checkout's object store and index (absolute)
 };
 
 // The Git checkout `dir` is in; an error (code "not_a_checkout") when it is in none.

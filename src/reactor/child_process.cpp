@@ -165,6 +165,10 @@ Expected<std::unique_ptr<ChildProcess>> ChildProcess::spawn(uv_loop_t* loop, con
   env.push_back(nullptr);
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
+  if (spec.stdin_fd >= 0) {
+    stdio[0].flags = UV_INHERIT_FD;
+    stdio[0].data.fd = spec.stdin_fd;
+  }
   stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
   stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&w->out);
   stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);

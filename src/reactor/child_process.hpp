@@ -30,6 +30,7 @@ struct ChildSpec {
   std::optional<gid_t> gid;
   uint64_t timeout_ms = 600000;  // 0: no deadline
   size_t max_stdout_bytes = size_t{64} << 20;
+  int stdin_fd = -1;  // >= 0: the child's stdin (shared; the caller closes its copy); else none
 };
 
 struct ChildExit {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,7 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/unique_fd.hpp"
+#include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 #include "reactor/slow_call.hpp"
 #include "workspace/child_process.hpp"
@@ -29,35 +31,20 @@ constexpr uint64_t kScanTimeoutMs = 300000;
 // Ref the client's bundle carries (docs/protocol.md "Workspaces").
 constexpr const char* kBundleRef = "refs/motor/synthetic";
 
-// Fetches the bundle into the mirror and checks it holds the announced commit and tree.
-// Runs as the mirror account; its inputs are the runner's mirror and the uploaded file.
-// Exit 10: bundle rejected; 11: tree hash mismatch; 13: not the announced commit; 12: other.
-constexpr const char* kMirrorScript = R"sh(set -u
-m=$1 b=$2 key=$3 tid=$4 commit=$5 tree=$6
-if [ ! -f "$m/HEAD" ]; then git init -q --bare "$m" || exit 12; fi
-git --git-dir="$m" fetch -q --no-tags --no-write-fetch-head "$b" "+refs/motor/synthetic:refs/motor/incoming/$tid" || exit 10
-ids=$(git --git-dir="$m" rev-parse "refs/motor/incoming/$tid^{commit}" "refs/motor/incoming/$tid^{tree}") || exit 10
-got=${ids%%[!0-9a-f]*} gottree=${ids##*[!0-9a-f]}
-if [ "$got" != "$commit" ] || [ "$gottree" != "$tree" ]; then
-  git --git-dir="$m" update-ref -d "refs/motor/incoming/$tid"
-  [ "$got" = "$commit" ] || { echo "the bundle holds commit $got" >&2; exit 13; }
-  echo "the bundle's tree is $gottree" >&2
-  exit 11
-fi
-printf 'delete refs/motor/incoming/%s\nupdate refs/motor/ws/%s %s\n' "$tid" "$key" "$got" |
-  git --git-dir="$m" update-ref --stdin || exit 12
-)sh";
-
 // Updates the workspace to exactly the commit's tree, in the sandbox as the job account, with
 // the runner's git dir (/meta/git, objects from the read-only mirror) and index (/meta/index,
-// which holds the stat data of the last checkout). Only files whose content differs are
-// rewritten, so unchanged files keep their mtimes. "clean" (no job changed anything since the
-// last checkout): a two-way read-tree from the last commit touches only the paths that differ
-// between the two trees. Otherwise: a refresh re-hashes files whose stat data moved, a reset
-// restores what jobs changed, and untracked files are removed; ignored ones (target/) stay.
-// A .git a job made is removed either way.
+// which holds the stat data of the last checkout). First the commit must be in the mirror
+// (exit 13) and its tree the announced one (exit 11): nothing has been touched then. Only
+// files whose content differs are rewritten, so unchanged files keep their mtimes. "clean" (no
+// job changed anything since the last checkout): a two-way read-tree from the last commit
+// touches only the paths that differ between the two trees. Otherwise: a refresh re-hashes
+// files whose stat data moved, a reset restores what jobs changed, and untracked files are
+// removed; ignored ones (target/) stay. A .git a job made is removed either way. HEAD (the
+// checked-out commit, for the next two-way read-tree and the scan's status) is written by the
+// shell: a detached HEAD is the commit id on one line, and this git dir is the runner's own.
+// Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits.
 constexpr const char* kCheckoutScript = R"sh(set -u
-commit=$1 mode=$2
+commit=$1 tree=$2 mode=$3
 export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
 if [ ! -f /meta/git/HEAD ]; then
   env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
@@ -65,13 +52,15 @@ if [ ! -f /meta/git/HEAD ]; then
   mode=full
 fi
 echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
+got=$(git rev-parse -q --verify "$commit^{tree}") || { echo "the mirror has no commit $commit" >&2; exit 13; }
+[ "$got" = "$tree" ] || { echo "the commit's tree is $got" >&2; exit 11; }
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
 if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
   git update-index -q --refresh >/dev/null 2>&1
   git read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
 fi
-git update-ref --no-deref HEAD "$commit" || exit 12
+echo "$commit" > /meta/git/HEAD || exit 12
 )sh";
 
 // What the job changed against the prepared tree (the runner's index), then the state of a
@@ -93,6 +82,20 @@ if [ -d .git ] && [ ! -L .git ]; then
 else
   echo present=0
 fi
+)sh";
+
+// A mirror gets one pack per prepare; past this many it is repacked (git gc).
+constexpr size_t kMirrorMaxPacks = 16;
+
+// Garbage-collects a mirror as the mirror account: its refs become exactly the commits the
+// runner's records name (the workspaces prepared from it), then git gc repacks what they reach
+// and prunes the rest (dropped workspaces, older prepares, packs a refused bundle left). The
+// runner starts no ingest into the mirror while this runs, so nothing arriving can be pruned.
+constexpr const char* kMirrorGcScript = R"sh(set -u
+m=$1; shift
+git --git-dir="$m" for-each-ref --format='delete %(refname)' refs/motor/ | git --git-dir="$m" update-ref --stdin || exit 12
+for c do echo "create refs/motor/keep/$c $c"; done | git --git-dir="$m" update-ref --stdin || exit 12
+exec git --git-dir="$m" gc --quiet --prune=now
 )sh";
 
 // Empties a dropped workspace (moved aside) and the runner's git dir for it, as the job
@@ -208,17 +211,42 @@ Status Workspaces::start() {
           else if (k2 == "tree") r.tree.tree = v;
           else if (k2 == "bundle_bytes") r.tree.bundle_bytes = std::atoll(v.c_str());
           else if (k2 == "prepared_at_ms") r.tree.prepared_at_ms = std::atoll(v.c_str());
+          else if (k2 == "git_present") r.git.present = v == "1";
+          else if (k2 == "git_head" && !v.empty()) r.git.head = v;
+          else if (k2 == "git_ref" && !v.empty()) r.git.ref = v;
+          else if (k2 == "git_index_tree" && !v.empty()) r.git.index_tree = v;
+          else if (k2 == "git_stash_count") r.git.stash_count = std::atoll(v.c_str());
         }
         if (!protocol::is_object_id(r.tree.commit) || !protocol::is_object_id(r.tree.tree)) continue;
         r.mirror = mirror_path(caller, r.tree.repository_root);
         r.tree.workspace_dir = s_.workspace_root + "/" + caller + "/" + key;
-        // The .git state is not kept across restarts: the first job after one reports from
-        // "absent", which a prepare also leaves.
         records_[id_key(caller, key)] = std::move(r);
       }
       closedir(keys);
     }
     closedir(callers);
+  }
+  // Mirrors no record names (their last workspace was dropped, maybe just before a crash) and
+  // mirrors moved aside for removal are removed.
+  if (DIR* callers = opendir((s_.state_dir + "/mirrors").c_str())) {
+    std::vector<std::string> unused;
+    while (dirent* c = readdir(callers)) {
+      if (c->d_name[0] == '.') continue;
+      const std::string dir = s_.state_dir + "/mirrors/" + c->d_name;
+      DIR* list = opendir(dir.c_str());
+      if (!list) continue;
+      while (dirent* m = readdir(list)) {
+        const std::string name = m->d_name;
+        if (name == "." || name == "..") continue;
+        unused.push_back(dir + "/" + name);
+      }
+      closedir(list);
+    }
+    closedir(callers);
+    for (const auto& path : unused) {
+      if (path.substr(path.rfind('/') + 1).starts_with(".trash-")) remove_mirror_files(path);
+      else maintain_mirror(path);
+    }
   }
   expiry_ = new uv_timer_t;
   uv_timer_init(loop_, expiry_);
@@ -236,9 +264,15 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
+    // The .git a job left (git_state_changed of the next job compares with it), so a restart
+    // does not forget it. Its values are single lines (the scan's output is split on '\n').
+    out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
+        << "\ngit_ref=" << r.git.ref.value_or("") << "\ngit_index_tree=" << r.git.index_tree.value_or("")
+        << "\ngit_stash_count=" << r.git.stash_count << "\n";
     if (!out) return make_error("io", "writing " + tmp);
   }
-  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare, no more.
+  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare and one
+  // git_state_changed reported against "absent", no more. The rename keeps it whole.
   if (rename(tmp.c_str(), path.c_str()) < 0) return sys_error("renaming " + tmp);
   return {};
 }
@@ -448,6 +482,28 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
                                                       p.bundle_bytes.value_or(-1)));
   }
   if (p.commit.empty()) return refuse("bundle_rejected", "workspace.finish needs the bundle's commit");
+  // The header is read here (a bounded read of the runner's own file): its one ref must be the
+  // announced commit. The pack behind it goes to index-pack as that process's stdin.
+  auto bundle = std::make_shared<UniqueFd>();
+  std::string head(protocol::kMaxBundleHeaderBytes, '\0');
+  {
+    reactor::SlowCall timed("reading a bundle header");
+    *bundle = UniqueFd(::open(t->path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    const ssize_t n = *bundle ? ::pread(bundle->get(), head.data(), head.size(), 0) : -1;
+    if (n < 0) return refuse("workspace_setup_failed", fmt::format("reading the bundle: {}", std::strerror(errno)));
+    head.resize(static_cast<size_t>(n));
+  }
+  auto header = protocol::parse_bundle_header(head);
+  if (!header) return refuse("bundle_rejected", header.error().message);
+  if (header->refs.size() != 1 || header->refs[0].name != kBundleRef) {
+    return refuse("bundle_rejected", fmt::format("the bundle must hold exactly one ref, {}", kBundleRef));
+  }
+  if (header->refs[0].id != p.commit) {
+    return refuse("bundle_rejected", fmt::format("the bundle holds commit {}, not the announced {}", header->refs[0].id, p.commit));
+  }
+  if (::lseek(bundle->get(), static_cast<off_t>(header->pack_offset), SEEK_SET) < 0) {
+    return refuse("workspace_setup_failed", fmt::format("reading the bundle: {}", std::strerror(errno)));
+  }
   if (busy(caller, t->key) || jobs_running_(caller, t->key)) {
     return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
   }
@@ -461,39 +517,65 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
       return refuse("workspace_setup_failed", st.error().message);
     }
   }
+  std::shared_ptr<Transfer> shared(std::move(t));
+  // However the prepare ends, the mirror is free again once it has answered.
+  reply = [this, alive = alive_, mirror, inner = std::move(reply)](std::string json) {
+    inner(std::move(json));
+    if (*alive) release_mirror(mirror);
+  };
+  use_mirror(mirror, [this, alive = alive_, shared, commit, mirror, caller, bundle, reply = std::move(reply)]() mutable {
+    struct stat mirror_head {};
+    const bool mirror_exists = ::stat((mirror + "/HEAD").c_str(), &mirror_head) == 0;
+    const uint64_t fetch_start = uv_hrtime();
+    ingest_pack(mirror, !mirror_exists, bundle, [this, alive, shared, commit, mirror, caller, fetch_start,
+                                                  reply = std::move(reply)](ChildResult r) mutable {
+      if (!*alive) return;
+      unlink(shared->path.c_str());
+      const std::string k = id_key(caller, shared->key);
+      if (!r.ok()) {
+        settle(k);
+        // index-pack dies (exit 128) on a corrupt pack, an object fsck rejects, or a link to an
+        // object neither in the pack nor in the mirror (a missing prerequisite).
+        const std::string reason = r.exit_code == 128 ? "bundle_rejected" : "workspace_setup_failed";
+        return reply(final_reply(shared->request_id, shared->id,
+                                 Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
+      }
+      Record next;
+      if (auto it2 = records_.find(k); it2 != records_.end()) next.git = it2->second.git;
+      next.mirror = mirror;
+      next.tree.repository_root = shared->repository_root;
+      next.tree.commit = commit;
+      next.tree.tree = shared->tree;
+      next.tree.bundle_bytes = shared->received;
+      next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
+      checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+    });
+  });
+}
+
+void Workspaces::ingest_pack(const std::string& mirror, bool create, std::shared_ptr<UniqueFd> pack,
+                             std::function<void(ChildResult)> done) {
   ChildSpec spec;
-  spec.file = "/bin/sh";
-  spec.argv = {"/bin/sh", "-c", kMirrorScript, "motor-mirror", mirror, t->path, t->key, t->id, commit, t->tree};
+  spec.file = s_.git;
   spec.env = git_env();
   spec.uid = s_.mirror_uid;
   spec.gid = s_.mirror_gid;
   spec.timeout_ms = kMirrorTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
-  std::shared_ptr<Transfer> shared(std::move(t));
-  const uint64_t fetch_start = uv_hrtime();
-  run_child(loop_, std::move(spec), [this, alive = alive_, shared, commit, mirror, caller, fetch_start,
-                                     reply = std::move(reply)](ChildResult r) mutable {
-    if (!*alive) return;
-    unlink(shared->path.c_str());
-    const std::string k = id_key(caller, shared->key);
-    if (!r.ok()) {
-      settle(k);
-      std::string reason = "workspace_setup_failed";
-      if (r.exit_code == 10 || r.exit_code == 13) reason = "bundle_rejected";
-      if (r.exit_code == 11) reason = "tree_hash_mismatch";
-      return reply(final_reply(shared->request_id, shared->id,
-                               Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
-    }
-    Record next;
-    if (auto it2 = records_.find(k); it2 != records_.end()) next.git = it2->second.git;
-    next.mirror = mirror;
-    next.tree.repository_root = shared->repository_root;
-    next.tree.commit = commit;
-    next.tree.tree = shared->tree;
-    next.tree.bundle_bytes = shared->received;
-    next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
-    checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
-  });
+  if (create) {
+    spec.argv = {s_.git, "init", "-q", "--bare", mirror};
+    return run_child(loop_, std::move(spec), [this, alive = alive_, mirror, pack, done = std::move(done)](ChildResult r) mutable {
+      if (!*alive) return;
+      if (!r.ok()) return done(std::move(r));
+      ingest_pack(mirror, false, std::move(pack), std::move(done));
+    });
+  }
+  // --strict: every object is fsck-checked and every object it links to must be in the pack or
+  // already in the mirror, which holds only objects that passed this same check: so the
+  // received commit is complete. --fix-thin: deltas against the mirror's objects are resolved.
+  spec.argv = {s_.git, "--git-dir=" + mirror, "index-pack", "--stdin", "--fix-thin", "--strict"};
+  spec.stdin_fd = pack->get();
+  run_child(loop_, std::move(spec), std::move(done));
 }
 
 void Workspaces::checkout(const std::string& caller, const std::string& key, Record next, Checked then) {
@@ -515,6 +597,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript);
   spec.argv.push_back(next.tree.commit);
+  spec.argv.push_back(next.tree.tree);
   // Clean only when this workspace was checked out by this runner and no job changed it since.
   auto current = records_.find(k);
   const bool clean = current != records_.end() && !current->second.dirty && current->second.mirror == next.mirror;
@@ -527,6 +610,12 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
                                      then = std::move(then)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
+    if (!r.ok() && (r.exit_code == 11 || r.exit_code == 13)) {
+      // Checked before anything was touched: the workspace and its record are as they were.
+      return then(make_error(r.exit_code == 11 ? "tree_hash_mismatch" : "bundle_rejected",
+                             "the workspace is unchanged; " + r.describe()),
+                  nullptr);
+    }
     if (!r.ok()) {
       // The mirror has the tree; the workspace may be part-way: the next prepare redoes it.
       records_.erase(k);
@@ -546,8 +635,10 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
 Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const {
   return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
     if (!st) {
-      return reply(final_reply(request_id, transfer_id, Refusal{"workspace_setup_failed", st.error().message, std::nullopt},
-                               nullptr));
+      const std::string& code = st.error().code;
+      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected";
+      return reply(final_reply(request_id, transfer_id,
+                               Refusal{known ? code : "workspace_setup_failed", st.error().message, std::nullopt}, nullptr));
     }
     reply(final_reply(request_id, transfer_id, std::nullopt, rec));
   };
@@ -584,7 +675,14 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   if (auto st = validate_workspace_key(key); !st) return st;
   const std::string k = id_key(caller, key);
   if (busy(caller, key)) return make_error("workspace_busy", "a prepare is updating this workspace; drop it once that ends");
+  std::string mirror;
+  if (auto it = records_.find(k); it != records_.end()) mirror = it->second.mirror;
   const bool had_record = records_.erase(k) > 0;
+  if (!mirror.empty()) {
+    // Its objects go with it: the mirror is collected (or removed, if no workspace is left).
+    mirrors_[mirror].wanted = true;
+    maintain_mirror(mirror);
+  }
   unlink(record_path(caller, key).c_str());
   const std::string dir = s_.workspace_root + "/" + caller + "/" + key;
   const std::string meta = meta_dir(caller, key);
@@ -674,7 +772,14 @@ void Workspaces::scan(const std::string& caller, const std::string& key, std::fu
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
+    const bool git_moved = !(rec->second.git == report->git);
     rec->second.git = report->git;
+    if (git_moved) {
+      const auto slash = k.rfind('/');  // keys hold no '/'
+      if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
+        std::fprintf(stderr, "motor-runner: workspace %s: saving its .git state: %s\n", k.c_str(), st.error().message.c_str());
+      }
+    }
     rec->second.dirty = !report->changes.empty() || report->git.present;
     done(std::move(base));
   });
@@ -702,6 +807,87 @@ void Workspaces::list_prepared_files(const std::string& caller, const std::strin
       at = end + 1;
     }
     done(std::move(files));
+  });
+}
+
+void Workspaces::use_mirror(const std::string& mirror, std::function<void()> go) {
+  MirrorUse& m = mirrors_[mirror];
+  if (m.collecting) return m.waiting.push_back(std::move(go));
+  ++m.users;
+  go();
+}
+
+void Workspaces::release_mirror(const std::string& mirror) {
+  auto it = mirrors_.find(mirror);
+  if (it == mirrors_.end() || --it->second.users > 0) return;
+  maintain_mirror(mirror);
+}
+
+size_t Workspaces::mirror_pack_count(const std::string& mirror) const {
+  reactor::SlowCall timed("counting a mirror's packs");
+  size_t packs = 0;
+  if (DIR* d = opendir((mirror + "/objects/pack").c_str())) {
+    while (dirent* e = readdir(d)) packs += std::string_view(e->d_name).ends_with(".pack");
+    closedir(d);
+  }
+  return packs;
+}
+
+void Workspaces::maintain_mirror(const std::string& mirror) {
+  MirrorUse& m = mirrors_[mirror];
+  if (m.users > 0 || m.collecting) return;  // checked again when it is free
+  std::vector<std::string> keep;
+  for (const auto& [k, r] : records_) {
+    if (r.mirror == mirror) keep.push_back(r.tree.commit);
+  }
+  if (keep.empty()) {
+    // No workspace is prepared from it: moved aside at once (a new prepare of the repository
+    // starts a fresh mirror), removed by the mirror account.
+    mirrors_.erase(mirror);
+    static uint64_t counter = 0;
+    const std::string dir = mirror.substr(0, mirror.rfind('/'));
+    const std::string trash = fmt::format("{}/.trash-{}-{}", dir, now_ms(), ++counter);
+    reactor::SlowCall timed("moving an unused mirror aside");
+    if (::rename(mirror.c_str(), trash.c_str()) == 0) remove_mirror_files(trash);
+    return;
+  }
+  if (!m.wanted && mirror_pack_count(mirror) <= kMirrorMaxPacks) return;
+  m.wanted = false;
+  m.collecting = true;
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  ChildSpec spec;
+  spec.file = "/bin/sh";
+  spec.argv = {"/bin/sh", "-c", kMirrorGcScript, "motor-mirror-gc", mirror};
+  spec.argv.insert(spec.argv.end(), keep.begin(), keep.end());
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  spec.max_stdout_bytes = 64 * 1024;
+  run_child(loop_, std::move(spec), [this, alive = alive_, mirror](ChildResult r) {
+    if (!*alive) return;
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), r.describe().c_str());
+    MirrorUse& use = mirrors_[mirror];
+    use.collecting = false;
+    // Prepares that waited for it go on now; all count as users before any starts.
+    auto waiting = std::move(use.waiting);
+    use.waiting.clear();
+    use.users += static_cast<int>(waiting.size());
+    for (auto& go : waiting) go();
+  });
+}
+
+void Workspaces::remove_mirror_files(const std::string& path) {
+  ChildSpec spec;
+  spec.file = "/bin/rm";
+  spec.argv = {"rm", "-rf", "--", path};
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kMirrorTimeoutMs;
+  run_child(loop_, std::move(spec), [path](ChildResult r) {
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), r.describe().c_str());
   });
 }
 

@@ -21,7 +21,9 @@
 
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
+#include "motor/unique_fd.hpp"
 #include "workspace/change_report.hpp"
+#include "workspace/child_process.hpp"
 
 namespace motor::workspace {
 
@@ -119,6 +121,18 @@ class Workspaces {
   std::string meta_dir(const std::string& caller, const std::string& key) const;
   std::string record_path(const std::string& caller, const std::string& key) const;
   Status save_record(const std::string& caller, const std::string& key, const Record& r);
+  // Puts the pack read from `pack` into the mirror (creating the mirror first if `create`),
+  // verified, as the mirror account.
+  void ingest_pack(const std::string& mirror, bool create, std::shared_ptr<UniqueFd> pack,
+                   std::function<void(ChildResult)> done);
+  // Mirror upkeep: an ingest holds its mirror (`go` waits while the mirror is collected); when
+  // the last one releases it, maintain_mirror removes a mirror no record names, or collects one
+  // that has too many packs or lost a workspace (drop).
+  void use_mirror(const std::string& mirror, std::function<void()> go);
+  void release_mirror(const std::string& mirror);
+  void maintain_mirror(const std::string& mirror);
+  size_t mirror_pack_count(const std::string& mirror) const;
+  void remove_mirror_files(const std::string& path);
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
   using Checked = std::function<void(Status, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
@@ -138,6 +152,13 @@ class Workspaces {
   std::map<std::string, Record> records_;  // by "<caller>/<key>"
   std::map<std::string, std::unique_ptr<Transfer>> transfers_;
   std::map<std::string, int> busy_;        // "<caller>/<key>" -> operations in flight
+  struct MirrorUse {
+    int users = 0;            // ingests in flight
+    bool collecting = false;  // git gc runs on it
+    bool wanted = false;      // a workspace left it: collect when it is free
+    std::vector<std::function<void()>> waiting;  // ingests waiting for the collection to end
+  };
+  std::map<std::string, MirrorUse> mirrors_;  // by host path
   uv_timer_t* expiry_ = nullptr;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // async callbacks check it
 };

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -192,6 +193,22 @@ TEST_F(RunnerWorkspaceSmallLimit, CorruptBundleWrongTreeCutTransferAndOversizeLe
   EXPECT_EQ(json_field(r, "/result/outcome/reason"), "tree_hash_mismatch") << r;
   EXPECT_EQ(snapshot(ws()), before);
 
+  // A well-formed bundle whose tree names a blob the runner never received (its commit was left
+  // out as a prerequisite the runner does not have; no deltas, so the pack itself is whole):
+  // index-pack --strict refuses the dangling links before anything reaches the workspace.
+  sh(repo_, "echo only here > absent.txt && git add absent.txt && git commit -qm three && echo again > f2.txt && "
+            "git commit -qam four && { printf '# v2 git bundle\\n-%s three\\n%s refs/motor/synthetic\\n\\n' "
+            "$(git rev-parse HEAD~1 HEAD); printf '%s\\n^%s\\n' $(git rev-parse HEAD HEAD~1) | "
+            "git pack-objects --revs --stdout -q; } > ../dangling.bundle");
+  r = transfer(sh(repo_, "git rev-parse HEAD^{tree}").substr(0, 40), read_file(base_ + "/dangling.bundle"),
+               sh(repo_, "git rev-parse HEAD").substr(0, 40));
+  EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
+  EXPECT_EQ(snapshot(ws()), before);
+  // The announced commit must be the bundle's ref.
+  r = transfer(tree, good, std::string(40, 'b'));
+  EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
+  EXPECT_EQ(snapshot(ws()), before);
+
   std::string big(1536 * 1024, 'x');
   r = transfer(tree, big, commit);
   EXPECT_EQ(json_field(r, "/result/outcome/reason"), "bundle_rejected") << r;
@@ -299,6 +316,102 @@ TEST_F(RunnerWorkspace, JobWritesShowUpInTheTerminalRecord) {
   auto again = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "cat /workspace/fresh.txt"});
   EXPECT_NE(again.out.find("\"workspace_changes\":[\"f1.txt\",\"f2.txt\",\"fresh.txt\"]"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("\"git_state_changed\":null"), std::string::npos) << again.out;  // unchanged since the last job
+}
+
+// The .git state the last job left is the baseline of the next job's git_state_changed; it is
+// kept in the runner's state dir, so a restart in between does not make a job that touched
+// nothing report a change (or a job that did, a change from "absent").
+TEST_F(RunnerWorkspace, GitStateBaselineSurvivesARunnerRestart) {
+  auto terminal_of = [](const std::string& out) {
+    const auto at = out.find("\"type\":\"terminal\"");
+    if (at == std::string::npos) return std::string("<no terminal>");
+    const auto line_start = out.rfind('\n', at);
+    return out.substr(line_start == std::string::npos ? 0 : line_start + 1);
+  };
+  const std::string commit = "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m ";
+  auto first = motor({"run", "-w", "k", "--json", "-c", "cd /workspace && git init -q && " + commit + "one"});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err << runner_->log();
+  const std::string head = json_field(terminal_of(first.out), "/git_state_changed/head_after");
+  ASSERT_EQ(head.size(), 40u) << first.out;
+
+  ASSERT_EQ(runner_->stop(), 0);
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  auto untouched = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "true"});
+  ASSERT_EQ(untouched.exit_code, 0) << untouched.out << untouched.err;
+  EXPECT_EQ(json_field(terminal_of(untouched.out), "/git_state_changed"), "null") << untouched.out;
+  auto moved = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "cd /workspace && " + commit + "two"});
+  ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err;
+  EXPECT_EQ(json_field(terminal_of(moved.out), "/git_state_changed/head_before"), head) << moved.out;
+  // The state dir's record holds it, readable by the runner only.
+  struct stat st {};
+  ASSERT_EQ(stat((runner_->state_dir() + "/workspace-git/root").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+}
+
+// Polls `check` for up to `seconds`: garbage collection runs in child processes after the
+// request that caused it has been answered.
+bool eventually(const std::function<bool()>& check, int seconds = 60) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (check()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return check();
+}
+
+// Dropping a workspace takes its objects out of the repository's mirror (git gc with the
+// remaining workspaces' commits as the only refs); dropping the last one removes the mirror.
+TEST_F(RunnerWorkspace, DropCollectsTheMirrorAndTheLastDropRemovesIt) {
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k"}).exit_code, 0);
+  sh(repo_, "echo only in k2 > only-k2.txt");
+  const std::string blob = sh(repo_, "git hash-object only-k2.txt").substr(0, 40);
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k2"}).exit_code, 0);
+  sh(repo_, "rm only-k2.txt");
+  const std::string mirrors = runner_->state_dir() + "/mirrors/root";
+  const std::string mirror = mirrors + "/" + sh(mirrors, "ls").substr(0, 20);
+  auto has = [&](const std::string& object) {
+    return run_program({"/usr/bin/git", "-c", "safe.directory=*", "--git-dir=" + mirror, "cat-file", "-e", object}).exit_code == 0;
+  };
+  ASSERT_TRUE(has(blob));
+  const std::string k_tree = sh(repo_, "git rev-parse HEAD^{tree}").substr(0, 40);
+
+  ASSERT_EQ(motor({"workspace", "drop", "k2"}).exit_code, 0);
+  EXPECT_TRUE(eventually([&] { return !has(blob); })) << runner_->log();
+  EXPECT_TRUE(has(k_tree));
+  EXPECT_EQ(sh(mirror, "ls objects/pack | grep -c '\\.pack$'"), "1\n");  // one pack of what k needs
+  // k goes on incrementally from its commit, which the collection kept.
+  sh(repo_, "echo after gc >> f3.txt");
+  auto r = motor({"workspace", "prepare", "-w", "k"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << runner_->log();
+  EXPECT_LT(prepared_bytes(r), 1500) << r.out;
+  EXPECT_EQ(read_file(ws() + "/f3.txt"), "line 3\nafter gc\n");
+
+  ASSERT_EQ(motor({"workspace", "drop", "k"}).exit_code, 0);
+  EXPECT_TRUE(eventually([&] { return sh(mirrors, "ls -A").empty(); })) << sh(mirrors, "ls -A");
+}
+
+// The client's cache repository (~/.cache/motor) is collected in the background once it holds
+// more loose objects than git's own gc.auto: what no workspace's last commit reaches goes once
+// it is a day old; the next prepare still builds on the runner's commit.
+TEST_F(RunnerWorkspace, ClientCacheIsCollectedPastItsLooseObjectBound) {
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k"}).exit_code, 0);
+  const std::string repos = base_ + "/cache/motor/repos";
+  const std::string cache = repos + "/" + sh(repos, "ls").substr(0, 20);
+  // 512 unreachable loose-object files in objects/00..0f, two days old (what many prepares
+  // leave behind). Their contents do not matter: the bound counts entries, as git's gc.auto
+  // does, and prune removes unreachable loose objects by name and age without reading them.
+  sh(cache, "for d in 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f; do mkdir -p objects/$d; "
+            "for i in $(seq 10 41); do echo junk > objects/$d/dead00000000000000000000000000000000$i; done; done && "
+            "find objects -path '*/[0-9a-f][0-9a-f]/*' -exec touch -d '2 days ago' {} +");
+  auto loose = [&] { return std::atoi(sh(cache, "find objects -path '*/[0-9a-f][0-9a-f]/*' -type f | wc -l").c_str()); };
+  ASSERT_GE(loose(), 512);
+  sh(repo_, "echo edited >> f1.txt");
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k"}).exit_code, 0);
+  EXPECT_TRUE(eventually([&] { return loose() < 50; })) << loose();
+  sh(repo_, "echo again >> f1.txt");
+  auto r = motor({"workspace", "prepare", "-w", "k"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(prepared_bytes(r), 1500) << r.out;
+  EXPECT_EQ(read_file(ws() + "/f1.txt"), "line 1\nedited\nagain\n");
 }
 
 TEST_F(RunnerWorkspace, DropCancelsARunningJobAndRemovesTheWorkspace) {
