@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdint>
@@ -374,8 +375,9 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
 
 void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
   // An outbound job's network plan names the runner's egress namespace by fd, which the helper
-  // does not hold: such a job is started in process.
-  if (running() && !box.network) {
+  // does not hold, and the request carries no idmap: such a sandbox is started in process.
+  const bool idmapped = std::any_of(box.read_only.begin(), box.read_only.end(), [](const auto& b) { return b.idmap.has_value(); });
+  if (running() && !box.network && !idmapped) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
       return;

@@ -43,6 +43,10 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
   box.deny_sockets = true;
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return plan.error();
+  for (const auto& [target, text] : spec.symlinks) plan->mounts.ops.push_back(sandbox::symlink_op(target, text));
+  if (!spec.symlinks.empty()) {
+    if (auto s = sandbox::finish_mount_plan(plan->mounts); !s) return s.error();
+  }
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
 
   sandbox::CgroupLimits limits;

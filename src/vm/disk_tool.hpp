@@ -25,6 +25,7 @@ struct DiskToolSpec {
   std::vector<std::string> command;          // absolute program path first
   std::string writable_dir;                  // bound read-write at the same path; the cwd
   std::vector<sandbox::BindMount> read_only; // at their targets (same path when empty)
+  std::vector<std::pair<std::string, std::string>> symlinks;  // (target, link text) in the sandbox
   sandbox::Account account;                  // never root
   std::string init_path;                     // motor-init
   std::string cgroup_name;                   // unique under the runner's cgroup parent
