@@ -328,7 +328,7 @@ TEST_F(VmJobs, PreparedDependenciesReachTheGuestFromAConfinedPrepJob) {
   EXPECT_FALSE(mounted_anywhere(r.job_id + "/prep")) << "the prep's tmpfs is still mounted";
 }
 
-TEST_F(VmJobs, AFailingOrSlowPreparationRefusesTheJobAndBootsNothing) {
+TEST_F(VmJobs, AFailingSlowOrCancelledPreparationBootsNothingAndLeavesNothing) {
   start_runner("allow_emulation = true\nvm_prepare_command = \"echo fetching deps; exit 7\"\n");
   RawClient c(runner_->socket());
   auto r = run_vm(c, "echo the command must not run");
@@ -345,15 +345,33 @@ TEST_F(VmJobs, AFailingOrSlowPreparationRefusesTheJobAndBootsNothing) {
   EXPECT_NE(stat(("/sys/fs/cgroup/memory/" + runner_->cgroup_parent() + "/vmprep-" + r.job_id).c_str(), &st), 0);
   EXPECT_FALSE(mounted_anywhere(r.job_id + "/prep"));
 
-  // Past vm_prepare_timeout_s the prep (and what it started) is killed.
+  // A cancel, and past vm_prepare_timeout_s, the prep (and what it started) is killed.
   runner_->stop();
   std::string conf = read_file(runner_->config_path());
   conf.replace(conf.find("vm_prepare_command"), std::string::npos,
-               "vm_prepare_command = \"sleep 3217 & sleep 3217\"\nvm_prepare_timeout_s = 2\n");
+               "vm_prepare_command = \"echo sleeping; sleep 3217 & sleep 3217\"\nvm_prepare_timeout_s = 8\n");
   write_file(runner_->config_path(), conf);
   ASSERT_TRUE(runner_->start()) << runner_->log();
   RawClient c2(runner_->socket());
-  auto slow = run_vm(c2, "true");
+  ASSERT_TRUE(c2.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"true","platform":"windows","memory":"256M"}})"));
+  std::string cancelled_id, cancelled;
+  while (auto f = c2.read_frame(std::chrono::milliseconds(60000))) {
+    if (json_field(*f, "/type") == "accepted") cancelled_id = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output" && protocol::base64_decode(json_field(*f, "/bytes")).value_or("") == "sleeping\n") {
+      ASSERT_TRUE(c2.send_frame("{\"id\":2,\"method\":\"exec.cancel\",\"params\":{\"job_id\":\"" + cancelled_id + "\"}}"));
+    }
+    if (json_field(*f, "/type") == "terminal") {
+      cancelled = *f;
+      break;
+    }
+  }
+  ASSERT_FALSE(cancelled_id.empty()) << cancelled << runner_->log();
+  EXPECT_EQ(json_field(cancelled, "/outcome/type"), "cancelled") << cancelled;
+  EXPECT_TRUE(processes_with("sleep 3217").empty()) << "the prep's processes outlived a cancel";
+  EXPECT_NE(stat(("/sys/fs/cgroup/memory/" + runner_->cgroup_parent() + "/vmprep-" + cancelled_id).c_str(), &st), 0);
+  EXPECT_FALSE(mounted_anywhere(cancelled_id + "/prep"));
+  expect_torn_down(*runner_, cancelled_id);
+  auto slow = run_vm(c2, "true", "", 3);
   ASSERT_FALSE(slow.job_id.empty()) << slow.terminal << runner_->log();
   EXPECT_EQ(json_field(slow.terminal, "/outcome/reason"), "vm_start_failed") << slow.terminal;
   EXPECT_NE(json_field(slow.terminal, "/refusal_detail").find("vm_prepare_timeout_s"), std::string::npos) << slow.terminal;
