@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "motor/sys_error.hpp"
@@ -82,94 +81,54 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
   auto spawned = sandbox::spawn_job(s);
   if (!spawned) return fail(spawned.error());
   out_write.reset();
-  tool->pidfd_ = std::move(spawned->pidfd);
-  // The setup-status pipe reports a failed sandbox step as text: it is read with the output.
-  // (Its write end closes at exec; a failure before exec exits 127 with the step on it.)
-  const int status_fd = spawned->setup_status.release();
-
-  uv_pipe_init(loop, tool->out_.get(), 0);
-  tool->out_.initialized(tool.get());
-  uv_pipe_open(tool->out_.get(), out_read.release());
-  uv_read_start(
-      tool->out_.stream(),
-      [](uv_handle_t* h, size_t, uv_buf_t* b) {
-        auto* self = static_cast<DiskTool*>(h->data);
-        *b = uv_buf_init(self->buf_, sizeof self->buf_);
-      },
-      [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
-        auto* self = static_cast<DiskTool*>(st->data);
-        if (!self) return;
-        if (n > 0) {
-          if (self->text_.size() < kMaxMessage)
-            self->text_.append(b->base, std::min<size_t>(static_cast<size_t>(n), kMaxMessage - self->text_.size()));
-          return;
-        }
-        if (n == 0) return;
-        self->eof_ = true;
-        uv_read_stop(st);
-        self->maybe_done();
-      });
-  // Setup failures: read the status pipe once the child is gone (it is short and never blocks).
-  tool->text_.reserve(256);
-  uv_poll_init(loop, tool->pidfd_poll_.get(), tool->pidfd_.get());
-  tool->pidfd_poll_.initialized(tool.get());
-  uv_poll_start(tool->pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-    if (auto* self = reactor::owner_of<DiskTool>(h)) self->on_exit();
-  });
-  // Keep the status fd until exit: its text (if any) explains a setup failure.
-  tool->status_fd_storage_ = UniqueFd(status_fd);
+  tool->setup_status_ = std::move(spawned->setup_status);
+  auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
+                                            /*timeout_ms=*/0, kMaxMessage,
+                                            [self = tool.get()](reactor::ChildExit e) { self->exited(std::move(e)); });
+  if (!child) {
+    (void)tool->cgroup_->kill_all();
+    return fail(child.error());
+  }
+  tool->child_ = std::move(*child);
   return tool;
 }
 
 DiskTool::~DiskTool() {
-  if (cgroup_) {
-    (void)cgroup_->kill_all();
-    // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
-    // a few ms. Waited for at most 20 ms here; a cgroup still busy then is removed by the
-    // runner's recovery at its next start (it is named in state.json).
-    for (int i = 0; i < 20; ++i) {
-      auto populated = cgroup_->populated();
-      if (!populated || !*populated) break;
-      usleep(1000);
-    }
-    if (pidfd_) (void)sandbox::reap_pidfd(pidfd_.get());
-    (void)cgroup_->remove();
+  if (!cgroup_) return;
+  (void)cgroup_->kill_all();
+  // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
+  // a few ms. Waited for at most 20 ms here; a cgroup still busy then is removed by the
+  // runner's recovery at its next start (it is named in state.json). The child is reaped on the loop.
+  for (int i = 0; i < 20; ++i) {
+    auto populated = cgroup_->populated();
+    if (!populated || !*populated) break;
+    usleep(1000);
   }
+  child_.reset();
+  (void)cgroup_->remove();
 }
 
-void DiskTool::on_exit() {
-  if (exited_) return;
-  auto st = sandbox::reap_pidfd(pidfd_.get());
-  if (!st) return;
-  exited_ = true;
-  wait_status_ = *st;
-  pidfd_poll_.close();
-  pidfd_.reset();
+void DiskTool::exited(reactor::ChildExit exit) {
+  // A failed sandbox step (before exec; exit 127) is told on the setup-status pipe, short and
+  // already written: read without blocking.
+  std::string text = std::move(exit.out);
   char buf[512];
-  fcntl(status_fd_storage_.get(), F_SETFL, O_NONBLOCK);
-  const ssize_t n = ::read(status_fd_storage_.get(), buf, sizeof buf);
-  if (n > 0) text_.insert(0, std::string(buf, static_cast<size_t>(n)) + "\n");
-  status_fd_storage_.reset();
-  maybe_done();
-}
-
-void DiskTool::maybe_done() {
-  if (finished_ || !exited_ || !eof_) return;
-  finished_ = true;
-  if (cgroup_) {
-    // motor-init was PID 1 of the tool's namespace: everything else in it is being killed.
-    for (int i = 0; i < 50 && !cgroup_->remove().ok(); ++i) {
-      (void)cgroup_->kill_all();
-      usleep(1000);
-    }
-    cgroup_.reset();
+  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+  const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf);
+  if (n > 0) text.insert(0, std::string(buf, static_cast<size_t>(n)) + "\n");
+  setup_status_.reset();
+  // motor-init was PID 1 of the tool's namespace: everything else in it is being killed.
+  for (int i = 0; i < 50 && !cgroup_->remove().ok(); ++i) {
+    (void)cgroup_->kill_all();
+    usleep(1000);
   }
-  while (!text_.empty() && (text_.back() == '\n' || text_.back() == ' ')) text_.pop_back();
+  cgroup_.reset();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   Done done = std::move(done_);
-  if (WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0) return done(Status{});
-  const std::string how = WIFEXITED(wait_status_) ? "exit status " + std::to_string(WEXITSTATUS(wait_status_))
-                                                   : "signal " + std::to_string(wait_status_ & 0x7f);
-  done(make_error("vm", what_ + " failed (" + how + ")" + (text_.empty() ? "" : ": " + text_)));
+  if (exit.exit_code == 0) return done(Status{});
+  const std::string how = exit.term_signal ? "signal " + std::to_string(exit.term_signal)
+                                           : "exit status " + std::to_string(exit.exit_code);
+  done(make_error("vm", what_ + " failed (" + how + ")" + (text.empty() ? "" : ": " + text)));
 }
 
 }  // namespace motor::vm

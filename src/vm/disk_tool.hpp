@@ -14,7 +14,7 @@
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
-#include "reactor/uv_handle.hpp"
+#include "reactor/child_process.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
@@ -47,20 +47,14 @@ class DiskTool {
 
  private:
   DiskTool() = default;
-  void on_exit();
-  void maybe_done();
+  void exited(reactor::ChildExit exit);
+  void remove_cgroup();
 
   std::string what_;
   std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  UniqueFd pidfd_;
-  UniqueFd status_fd_storage_;  // the sandbox's setup-status pipe
-  reactor::UvHandle<uv_poll_t> pidfd_poll_;
-  reactor::UvHandle<uv_pipe_t> out_;
-  std::string text_;
-  bool exited_ = false, eof_ = false, finished_ = false;
-  int wait_status_ = 0;
+  UniqueFd setup_status_;  // the sandbox's setup-status pipe: its text explains a setup failure
+  std::unique_ptr<reactor::ChildProcess> child_;
   Done done_;
-  char buf_[4096];
 };
 
 }  // namespace motor::vm

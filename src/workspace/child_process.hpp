@@ -1,44 +1,29 @@
-// One child process started with uv_spawn and watched on the loop: its stdout collected up to a
-// bound, the tail of its stderr kept for error messages, killed at a deadline. Git and the
-// workspace sandbox run this way, so no git call ever blocks the runner's loop.
+// Git and the workspace sandbox run as children watched on the loop (reactor/child_process), so
+// no git call ever blocks the runner's loop. This is the workspace's fire-and-forget form of it:
+// nothing owns the child, the callback always runs once.
 #pragma once
 
-#include <sys/types.h>
 #include <uv.h>
 
-#include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
-#include <vector>
+
+#include "reactor/child_process.hpp"
 
 namespace motor::workspace {
 
-struct ChildSpec {
-  std::string file;                // absolute path of the executable
-  std::vector<std::string> argv;   // argv[0] included
-  std::vector<std::string> env;    // the whole environment ("NAME=value")
-  std::string cwd = "/";
-  std::optional<uid_t> uid;        // run as this account (no supplementary groups)
-  std::optional<gid_t> gid;
-  uint64_t timeout_ms = 600000;
-  size_t max_stdout_bytes = size_t{64} << 20;
-};
+using ChildSpec = reactor::ChildSpec;
 
-struct ChildResult {
-  int exit_code = -1;       // -1 when it did not exit normally
-  int term_signal = 0;
-  bool timed_out = false;
-  bool stdout_truncated = false;
-  std::string out;
-  std::string err_tail;     // the last 4 KiB of stderr
-  std::string spawn_error;  // uv_spawn failed
+struct ChildResult : reactor::ChildExit {
+  std::string spawn_error;  // it could not be started
+  // Exited 0 in time (callers that parse `out` also check stdout_truncated).
   bool ok() const { return spawn_error.empty() && exit_code == 0 && !timed_out; }
   // One line for logs and refusal details.
-  std::string describe() const;
+  std::string describe() const { return spawn_error.empty() ? ChildExit::describe() : "could not start: " + spawn_error; }
 };
 
-// Starts the child; `done` runs on the loop once it has exited and its pipes are drained.
+// Starts the child; `done` runs on the loop once it has exited and its pipes are drained (at
+// once when it could not be started).
 void run_child(uv_loop_t* loop, ChildSpec spec, std::function<void(ChildResult)> done);
 
 }  // namespace motor::workspace

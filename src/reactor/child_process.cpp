@@ -1,0 +1,256 @@
+#include "reactor/child_process.hpp"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace motor::reactor {
+namespace {
+
+constexpr size_t kErrTailBytes = 4096;
+// After the child exited, how long its pipes may stay open: a grandchild that kept them must not
+// hold the report back for ever.
+constexpr uint64_t kDrainGraceMs = 1000;
+
+}  // namespace
+
+// Every handle is embedded here and counted; the watch deletes itself when the last one closed.
+struct ChildProcess::Watch {
+  ChildProcess* owner = nullptr;
+  Done done;
+  uv_process_t process{};
+  uv_poll_t pidfd_poll{};
+  UniqueFd pidfd;  // adopted children; closed only after pidfd_poll is closed
+  uv_pipe_t out{}, err{};
+  uv_timer_t timer{};
+  std::vector<uv_handle_t*> handles;  // the initialized ones
+  int open_handles = 0;
+  int pending = 1;  // the exit, plus one EOF per pipe
+  bool exited = false;
+  ChildExit result;
+  char buf[64 * 1024];
+
+  template <typename T>
+  void initialized(T* h) {
+    auto* handle = reinterpret_cast<uv_handle_t*>(h);
+    handle->data = this;
+    handles.push_back(handle);
+    ++open_handles;
+  }
+  void close_all() {
+    if (open_handles == 0) return delete this;
+    for (uv_handle_t* h : handles) {
+      if (uv_is_closing(h)) continue;
+      uv_close(h, [](uv_handle_t* hh) {
+        auto* self = static_cast<Watch*>(hh->data);
+        if (--self->open_handles == 0) delete self;
+      });
+    }
+  }
+
+  void kill() {
+    if (exited) return;
+    if (pidfd) {
+      (void)syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+    } else {
+      (void)uv_process_kill(&process, SIGKILL);  // by pid; libuv has not reaped it yet
+    }
+  }
+
+  void start_reading(uv_pipe_t* pipe) {
+    ++pending;
+    uv_read_start(
+        reinterpret_cast<uv_stream_t*>(pipe),
+        [](uv_handle_t* h, size_t, uv_buf_t* b) {
+          auto* self = static_cast<Watch*>(h->data);
+          *b = uv_buf_init(self->buf, sizeof self->buf);
+        },
+        [](uv_stream_t* s, ssize_t n, const uv_buf_t*) { static_cast<Watch*>(s->data)->on_read(s, n); });
+  }
+  void on_read(uv_stream_t* s, ssize_t n) {
+    if (n < 0) {  // EOF or a read error: this pipe is done
+      uv_read_stop(s);
+      return step();
+    }
+    const size_t len = static_cast<size_t>(n);
+    if (s == reinterpret_cast<uv_stream_t*>(&out)) {
+      // Past the bound the rest is read and dropped, so the child never blocks on a full pipe.
+      const size_t room = result.max_stdout_bytes - std::min(result.max_stdout_bytes, result.out.size());
+      if (len > room) result.stdout_truncated = true;
+      result.out.append(buf, std::min(len, room));
+    } else {
+      result.err_tail.append(buf, len);
+      if (result.err_tail.size() > 2 * kErrTailBytes) result.err_tail.erase(0, result.err_tail.size() - kErrTailBytes);
+    }
+  }
+
+  void start_deadline(uint64_t timeout_ms) {
+    if (timeout_ms == 0) return;
+    uv_timer_start(&timer, [](uv_timer_t* t) {
+      auto* self = static_cast<Watch*>(t->data);
+      self->result.timed_out = true;
+      self->kill();
+    }, timeout_ms, 0);
+  }
+  void on_exit(int exit_code, int term_signal) {
+    if (exited) return;
+    exited = true;
+    result.exit_code = exit_code;
+    result.term_signal = term_signal;
+    uv_timer_start(&timer, [](uv_timer_t* t) {
+      auto* self = static_cast<Watch*>(t->data);
+      for (uv_pipe_t* p : {&self->out, &self->err}) {
+        if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_read_stop(reinterpret_cast<uv_stream_t*>(p));
+      }
+      self->pending = 1;
+      self->step();
+    }, kDrainGraceMs, 0);
+    step();
+  }
+  // An adopted child's pidfd became readable.
+  void reap() {
+    siginfo_t info{};
+    const int rc = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info, WEXITED | WNOHANG);
+    if (rc == 0 && info.si_pid == 0) return;  // not yet
+    uv_poll_stop(&pidfd_poll);
+    if (rc == 0 && info.si_code == CLD_EXITED) return on_exit(info.si_status, 0);
+    on_exit(-1, rc == 0 ? info.si_status : SIGKILL);  // killed or dumped (or reaped by someone else)
+  }
+
+  // Once the exit and every EOF are in: close everything, then report (this is gone by then).
+  void step() {
+    if (--pending > 0) return;
+    uv_timer_stop(&timer);
+    if (result.err_tail.size() > kErrTailBytes) result.err_tail.erase(0, result.err_tail.size() - kErrTailBytes);
+    if (owner) owner->watch_ = nullptr;
+    Done cb = std::move(done);
+    ChildExit r = std::move(result);
+    close_all();
+    if (cb) cb(std::move(r));
+  }
+};
+
+std::string ChildExit::describe() const {
+  std::string tail = err_tail;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  for (char& c : tail) {
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = ' ';
+  }
+  std::string head = timed_out     ? "timed out"
+                     : term_signal ? fmt::format("killed by signal {}", term_signal)
+                                   : fmt::format("exit {}", exit_code);
+  if (stdout_truncated) head += fmt::format("; output over {} bytes, cut", max_stdout_bytes);
+  return tail.empty() ? head : head + ": " + tail;
+}
+
+Expected<std::unique_ptr<ChildProcess>> ChildProcess::spawn(uv_loop_t* loop, const ChildSpec& spec, Done done) {
+  auto* w = new Watch;
+  w->result.max_stdout_bytes = spec.max_stdout_bytes;
+  uv_pipe_init(loop, &w->out, 0);
+  w->initialized(&w->out);
+  uv_pipe_init(loop, &w->err, 0);
+  w->initialized(&w->err);
+  uv_timer_init(loop, &w->timer);
+  w->initialized(&w->timer);
+
+  std::vector<std::string> strings = spec.argv;
+  strings.insert(strings.end(), spec.env.begin(), spec.env.end());
+  std::vector<char*> argv, env;
+  for (size_t i = 0; i < spec.argv.size(); ++i) argv.push_back(strings[i].data());
+  argv.push_back(nullptr);
+  for (size_t i = spec.argv.size(); i < strings.size(); ++i) env.push_back(strings[i].data());
+  env.push_back(nullptr);
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&w->out);
+  stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&w->err);
+  uv_process_options_t opts{};
+  opts.file = spec.file.c_str();
+  opts.args = argv.data();
+  opts.env = env.data();
+  opts.cwd = spec.cwd.c_str();
+  opts.stdio = stdio;
+  opts.stdio_count = 3;
+  if (spec.uid) {
+    opts.flags |= UV_PROCESS_SETUID;
+    opts.uid = *spec.uid;
+  }
+  if (spec.gid) {
+    opts.flags |= UV_PROCESS_SETGID;
+    opts.gid = *spec.gid;
+  }
+  opts.exit_cb = [](uv_process_t* p, int64_t status, int sig) {
+    static_cast<Watch*>(p->data)->on_exit(sig ? -1 : static_cast<int>(status), sig);
+  };
+  const int rc = uv_spawn(loop, &w->process, &opts);
+  w->initialized(&w->process);  // libuv wants it closed even after a failed spawn
+  if (rc != 0) {
+    w->close_all();
+    return make_error("spawn_failed", fmt::format("{}: {}", spec.file, uv_strerror(rc)));
+  }
+  w->start_reading(&w->out);
+  w->start_reading(&w->err);
+  w->start_deadline(spec.timeout_ms);
+  std::unique_ptr<ChildProcess> child(new ChildProcess);
+  child->watch_ = w;
+  child->pid_ = w->process.pid;
+  w->owner = child.get();
+  w->done = std::move(done);
+  return child;
+}
+
+Expected<std::unique_ptr<ChildProcess>> ChildProcess::adopt(uv_loop_t* loop, pid_t pid, UniqueFd pidfd, UniqueFd stdout_read,
+                                                            UniqueFd stderr_read, uint64_t timeout_ms, size_t max_stdout_bytes,
+                                                            Done done) {
+  auto* w = new Watch;
+  w->result.max_stdout_bytes = max_stdout_bytes;
+  w->pidfd = std::move(pidfd);
+  uv_timer_init(loop, &w->timer);
+  w->initialized(&w->timer);
+  if (int rc = uv_poll_init(loop, &w->pidfd_poll, w->pidfd.get()); rc != 0) {
+    w->close_all();
+    return make_error("io", fmt::format("watching the pidfd of {}: {}", pid, uv_strerror(rc)));
+  }
+  w->initialized(&w->pidfd_poll);
+  std::pair<uv_pipe_t*, UniqueFd*> pipes[] = {{&w->out, &stdout_read}, {&w->err, &stderr_read}};
+  for (auto& [pipe, fd] : pipes) {
+    if (!*fd) continue;
+    uv_pipe_init(loop, pipe, 0);
+    w->initialized(pipe);
+    if (int rc = uv_pipe_open(pipe, fd->get()); rc != 0) {
+      w->close_all();
+      return make_error("io", fmt::format("reading the output of {}: {}", pid, uv_strerror(rc)));
+    }
+    fd->release();  // the pipe handle closes it now
+    w->start_reading(pipe);
+  }
+  uv_poll_start(&w->pidfd_poll, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Watch*>(h->data)->reap(); });
+  w->start_deadline(timeout_ms);
+  std::unique_ptr<ChildProcess> child(new ChildProcess);
+  child->watch_ = w;
+  child->pid_ = pid;
+  w->owner = child.get();
+  w->done = std::move(done);
+  return child;
+}
+
+void ChildProcess::run_detached(uv_loop_t* loop, const ChildSpec& spec, std::function<void(Expected<ChildExit>)> done) {
+  auto child = spawn(loop, spec, [done](ChildExit e) { done(std::move(e)); });
+  if (!child) return done(child.error());
+  (*child)->watch_->owner = nullptr;  // the watch goes on alone and reports when it ends
+  (*child)->watch_ = nullptr;
+}
+
+ChildProcess::~ChildProcess() {
+  if (!watch_) return;
+  watch_->owner = nullptr;
+  watch_->done = nullptr;
+  watch_->kill();
+}
+
+}  // namespace motor::reactor
