@@ -3,9 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <signal.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,7 +85,6 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   std::unique_ptr<PrepStep> step(new PrepStep);
   step->output_ = std::move(output);
   step->done_ = std::move(done);
-  step->max_output_ = spec.max_output_bytes;
   step->timeout_ms_ = spec.timeout_ms;
 
   sandbox::SandboxConfig box;
@@ -139,36 +136,27 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   auto spawned = sandbox::spawn_job(s);
   if (!spawned) return fail(spawned.error());
   out_write.reset();
-  step->pidfd_ = std::move(spawned->pidfd);
   step->setup_status_ = std::move(spawned->setup_status);
-
   PrepStep* self = step.get();
-  uv_pipe_init(loop, self->out_.get(), 0);
-  self->out_.initialized(self);
-  uv_pipe_open(self->out_.get(), out_read.release());
-  uv_read_start(
-      self->out_.stream(),
-      [](uv_handle_t* h, size_t, uv_buf_t* b) {
-        auto* p = static_cast<PrepStep*>(h->data);
-        *b = uv_buf_init(p->buf_, sizeof p->buf_);
-      },
-      [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
-        if (auto* p = static_cast<PrepStep*>(st->data)) p->on_read(n, b->base);
-      });
-  uv_poll_init(loop, self->pidfd_poll_.get(), self->pidfd_.get());
-  self->pidfd_poll_.initialized(self);
-  uv_poll_start(self->pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-    if (auto* p = reactor::owner_of<PrepStep>(h)) p->on_exit();
+  auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
+                                            spec.timeout_ms, static_cast<size_t>(spec.max_output_bytes),
+                                            [self](reactor::ChildExit e) { self->exited(std::move(e)); });
+  if (!child) {
+    (void)step->cgroup_->kill_all();
+    return fail(child.error());
+  }
+  step->child_ = std::move(*child);
+  step->child_->stream_stdout([self](std::string_view bytes) {
+    if (const std::string text = self->utf8_.feed(bytes); !text.empty()) self->output_(text);
   });
-  uv_timer_init(loop, self->deadline_.get());
-  self->deadline_.initialized(self);
-  uv_timer_start(self->deadline_.get(), [](uv_timer_t* h) {
-    if (auto* p = reactor::owner_of<PrepStep>(h)) p->on_timeout();
-  }, spec.timeout_ms, 0);
   return step;
 }
 
-PrepStep::~PrepStep() { remove_cgroup(); }
+void PrepStep::stop() {
+  done_ = nullptr;
+  remove_cgroup();
+  child_.reset();  // reaped on the loop
+}
 
 void PrepStep::remove_cgroup() {
   if (!cgroup_) return;
@@ -179,61 +167,27 @@ void PrepStep::remove_cgroup() {
     if (!populated || !*populated) break;
     usleep(1000);
   }
-  if (pidfd_ && !exited_) (void)sandbox::reap_pidfd(pidfd_.get());
   (void)cgroup_->remove();
   cgroup_.reset();
 }
 
-void PrepStep::on_read(ssize_t n, const char* data) {
-  if (n == 0) return;
-  if (n < 0) {
-    eof_ = true;
-    uv_read_stop(out_.stream());
-    return maybe_done();
-  }
-  if (output_total_ >= max_output_) return;  // drained, not shown
-  const auto take = static_cast<size_t>(std::min<int64_t>(n, max_output_ - output_total_));
-  output_total_ += static_cast<int64_t>(take);
-  if (const std::string text = utf8_.feed(std::string_view(data, take)); !text.empty()) output_(text);
-  if (output_total_ >= max_output_) {
-    output_(utf8_.flush() + "\nmotor: the preparation's output stopped after " + std::to_string(output_total_) + " bytes\n");
-  }
-}
-
-void PrepStep::on_exit() {
-  if (exited_) return;
-  auto st = sandbox::reap_pidfd(pidfd_.get());
-  if (!st) return;
-  exited_ = true;
-  wait_status_ = *st;
-  pidfd_poll_.close();
-  maybe_done();
-}
-
-void PrepStep::on_timeout() {
-  timed_out_ = true;
-  if (cgroup_) (void)cgroup_->kill_all();
-}
-
-void PrepStep::maybe_done() {
-  if (finished_ || !exited_ || !eof_) return;
-  finished_ = true;
-  deadline_.close();
-  std::string setup_failure;
-  if (setup_status_) {  // a sandbox step that failed before exec says which, on this pipe
-    char buf[512];
-    fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-    if (const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf); n > 0) setup_failure.assign(buf, static_cast<size_t>(n));
-    setup_status_.reset();
-  }
+void PrepStep::exited(reactor::ChildExit exit) {
+  std::string setup_failure;  // a sandbox step that failed before exec says which, on this pipe
+  char buf[512];
+  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+  if (const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf); n > 0) setup_failure.assign(buf, static_cast<size_t>(n));
+  setup_status_.reset();
   remove_cgroup();
-  if (const std::string tail = utf8_.flush(); !tail.empty()) output_(tail);
+  std::string tail = utf8_.flush();
+  if (exit.stdout_truncated) tail += "\nmotor: the preparation's output stopped after " + std::to_string(exit.max_stdout_bytes) + " bytes\n";
+  if (!tail.empty()) output_(tail);
   Done done = std::move(done_);
-  if (timed_out_) return done(make_error("vm", "it ran past vm_prepare_timeout_s (" + std::to_string(timeout_ms_ / 1000) + " s)"));
+  if (!done) return;
+  if (exit.timed_out) return done(make_error("vm", "it ran past vm_prepare_timeout_s (" + std::to_string(timeout_ms_ / 1000) + " s)"));
   if (!setup_failure.empty()) return done(make_error("vm", "its sandbox could not be set up: " + setup_failure));
-  if (WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0) return done(Status{});
-  done(make_error("vm", WIFEXITED(wait_status_) ? "exit status " + std::to_string(WEXITSTATUS(wait_status_))
-                                                 : "signal " + std::to_string(WTERMSIG(wait_status_))));
+  if (exit.exit_code == 0) return done(Status{});
+  done(make_error("vm", exit.term_signal ? "signal " + std::to_string(exit.term_signal)
+                                         : "exit status " + std::to_string(exit.exit_code)));
 }
 
 }  // namespace motor::vm

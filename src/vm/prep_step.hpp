@@ -28,7 +28,7 @@
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
-#include "reactor/uv_handle.hpp"
+#include "reactor/child_process.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/job_network.hpp"
@@ -87,34 +87,25 @@ class PrepStep {
   static Expected<std::unique_ptr<PrepStep>> start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const PrepSpec& spec,
                                                    Output output, Done done);
   // Unfinished: kills what runs and removes its cgroup (Done is not called).
-  ~PrepStep();
-  // Kills what runs and removes its cgroup now (Done is not called); the destructor then has
-  // nothing left to do.
-  void stop() { remove_cgroup(); }
+  ~PrepStep() { stop(); }
+  // The same now; the destructor then has nothing left to do.
+  void stop();
   PrepStep(const PrepStep&) = delete;
   PrepStep& operator=(const PrepStep&) = delete;
 
  private:
   PrepStep() = default;
-  void on_read(ssize_t n, const char* data);
-  void on_exit();
-  void on_timeout();
-  void maybe_done();
+  void exited(reactor::ChildExit exit);
   void remove_cgroup();
 
   std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  UniqueFd pidfd_, setup_status_;
-  reactor::UvHandle<uv_poll_t> pidfd_poll_;
-  reactor::UvHandle<uv_pipe_t> out_;
-  reactor::UvHandle<uv_timer_t> deadline_;
+  UniqueFd setup_status_;
+  // motor-init, PID 1 of the step's PID namespace: killing it (deadline) ends everything in it.
+  std::unique_ptr<reactor::ChildProcess> child_;
   Utf8Sanitizer utf8_;
-  int64_t output_total_ = 0, max_output_ = 0;
   uint64_t timeout_ms_ = 0;
-  bool exited_ = false, eof_ = false, finished_ = false, timed_out_ = false;
-  int wait_status_ = 0;
   Output output_;
   Done done_;
-  char buf_[16 * 1024];
 };
 
 }  // namespace motor::vm
