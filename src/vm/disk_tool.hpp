@@ -15,6 +15,7 @@
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/child_process.hpp"
+#include "vm/confined_child.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"

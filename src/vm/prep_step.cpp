@@ -103,49 +103,23 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   box.network = spec.network;
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return plan.error();
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
-
-  auto cg = cgroups.create(spec.cgroup_name, spec.limits);
-  if (!cg) return cg.error();
-  step->cgroup_ = std::move(*cg);
-  auto fail = [&](Error e) -> Error {
-    step->remove_cgroup();
-    return e;
-  };
-
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
-  UniqueFd out_read(fds[0]), out_write(fds[1]);
-  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) return fail(sys_error("opening /dev/null"));
-
-  sandbox::SpawnSpec s;
-  s.executable = sandbox::kSandboxInitPath;
-  s.argv = sandbox::init_argv({"/bin/sh", "-c", spec.command});
+  ConfinedCommand cmd;
+  cmd.command = {"/bin/sh", "-c", spec.command};
   // HOME is the private /tmp: a tool's caches (CARGO_HOME) go there, not into the result.
-  s.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LC_ALL=C.UTF-8", "USER=" + spec.account.name,
-           std::string("MOTOR_PREP_OUT=") + kPrepOutputInSandbox, std::string("MOTOR_WORKSPACE=") + kPrepWorkspaceInSandbox};
-  s.cwd = kPrepWorkspaceInSandbox;
-  s.uid = spec.account.uid;
-  s.gid = spec.account.gid;
-  s.stdin_fd = dev_null.get();
-  s.stdout_fd = out_write.get();
-  s.stderr_fd = out_write.get();
-  s.cgroup = step->cgroup_.get();
-  s.hooks = &hooks;
-  auto spawned = sandbox::spawn_job(s);
-  if (!spawned) return fail(spawned.error());
-  out_write.reset();
-  step->setup_status_ = std::move(spawned->setup_status);
+  cmd.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LC_ALL=C.UTF-8", "USER=" + spec.account.name,
+             std::string("MOTOR_PREP_OUT=") + kPrepOutputInSandbox, std::string("MOTOR_WORKSPACE=") + kPrepWorkspaceInSandbox};
+  cmd.cwd = kPrepWorkspaceInSandbox;
+  cmd.account = spec.account;
+  cmd.cgroup_name = spec.cgroup_name;
+  cmd.limits = spec.limits;
+  cmd.timeout_ms = spec.timeout_ms;
+  cmd.max_output_bytes = static_cast<size_t>(spec.max_output_bytes);
   PrepStep* self = step.get();
-  auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
-                                            spec.timeout_ms, static_cast<size_t>(spec.max_output_bytes),
-                                            [self](reactor::ChildExit e) { self->exited(std::move(e)); });
-  if (!child) {
-    (void)step->cgroup_->kill_all();
-    return fail(child.error());
-  }
-  step->child_ = std::move(*child);
+  auto confined = spawn_confined(loop, cgroups, *plan, cmd, [self](reactor::ChildExit e) { self->exited(std::move(e)); });
+  if (!confined) return confined.error();
+  step->cgroup_ = std::move(confined->cgroup);
+  step->setup_status_ = std::move(confined->setup_status);
+  step->child_ = std::move(confined->child);
   step->child_->stream_stdout([self](std::string_view bytes) {
     if (const std::string text = self->utf8_.feed(bytes); !text.empty()) self->output_(text);
   });
@@ -158,25 +132,11 @@ void PrepStep::stop() {
   child_.reset();  // reaped on the loop
 }
 
-void PrepStep::remove_cgroup() {
-  if (!cgroup_) return;
-  // motor-init is PID 1 of the step's PID namespace, and the cgroup holds everything it started.
-  (void)cgroup_->kill_all();
-  for (int i = 0; i < 50; ++i) {
-    auto populated = cgroup_->populated();
-    if (!populated || !*populated) break;
-    usleep(1000);
-  }
-  (void)cgroup_->remove();
-  cgroup_.reset();
-}
+// The cgroup holds everything the command started, also what left motor-init's PID namespace.
+void PrepStep::remove_cgroup() { kill_and_remove(cgroup_, 50); }
 
 void PrepStep::exited(reactor::ChildExit exit) {
-  std::string setup_failure;  // a sandbox step that failed before exec says which, on this pipe
-  char buf[512];
-  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-  if (const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf); n > 0) setup_failure.assign(buf, static_cast<size_t>(n));
-  setup_status_.reset();
+  const std::string setup_failure = read_setup_failure(setup_status_);
   remove_cgroup();
   std::string tail = utf8_.flush();
   if (exit.stdout_truncated) tail += "\nmotor: the preparation's output stopped after " + std::to_string(exit.max_stdout_bytes) + " bytes\n";

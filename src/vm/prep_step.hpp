@@ -33,6 +33,7 @@
 #include "sandbox/cgroup.hpp"
 #include "sandbox/job_network.hpp"
 #include "sandbox/sandbox_plan.hpp"
+#include "vm/confined_child.hpp"
 #include "vm/qga_protocol.hpp"
 
 namespace motor::vm {
