@@ -39,7 +39,7 @@ using motor::test::json_field;
 using motor::test::RawClient;
 using motor::test::RunnerProcess;
 
-const std::string kGuest = "/var/cache/motor/test-guest";
+const std::string kGuest = motor::test::test_guest_dir();
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 

@@ -159,7 +159,7 @@ vm_data_dir = /var/lib/motor/vm-data
 # Size of a new data disk (sparse), and memory QEMU may use beyond the guest's RAM.
 vm_data_disk_size = 8G
 vm_memory_overhead = 512M
-# What the guest agent runs: RUNNER STDOUT_FILE STDERR_FILE COMMAND... inside the guest.
+# What the guest agent runs: RUNNER STDOUT_FILE STDERR_FILE CHANGES_FILE CWD COMMAND... in the guest.
 vm_guest_runner = /motor/run
 # How long the guest agent may take to answer after the VM starts (seconds).
 vm_agent_timeout_s = 300

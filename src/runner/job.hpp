@@ -38,6 +38,9 @@ struct JobLaunch {
   CpuClaim cpus;
   std::string network = "offline";
   std::string platform = "linux";
+  // A windows job: the tree its workspace was prepared to when it started (its transfer disk).
+  std::optional<std::string> tree_hash;
+  int64_t bundle_bytes = 0;
 };
 
 class Job : private vm::VmJobSink {
@@ -199,6 +202,7 @@ class Job : private vm::VmJobSink {
   int64_t oom_kills_seen_ = 0;
   std::unique_ptr<OutputPipe> stdout_, stderr_;
   std::unique_ptr<vm::VmJob> vm_;
+  uint64_t vm_timeout_ms_ = 0;  // armed when the command starts in the guest, as a Linux job's
   std::vector<Follower> followers_;
   std::string scratch_;
 };

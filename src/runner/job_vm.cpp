@@ -35,12 +35,11 @@ Status Job::start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::Cgrou
   runner_.request_save();
   started_hr_ns_ = uv_hrtime();
   queue_wait_ms_ = static_cast<int64_t>((started_hr_ns_ - queued_hr_ns_) / 1000000);
-
-  uv_timer_init(runner_.loop(), deadline_.get());
-  deadline_.initialized(this);
-  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
-    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
-  }, static_cast<uint64_t>(launch.timeout_s) * 1000, 0);
+  tree_hash_ = launch.tree_hash;
+  bundle_bytes_ = launch.bundle_bytes;
+  // The deadline counts from `started`, as a Linux job's: the boot is bounded on its own
+  // (vm_agent_timeout_s and the helpers' call timeouts), and a cancel works at any time.
+  vm_timeout_ms_ = static_cast<uint64_t>(launch.timeout_s) * 1000;
 
   log_job(id_, "starting VM {} on cpus {}: {}", spec.domain_name, cpus_.list(), summary_);
   vm::VmJobSink& sink = *this;
@@ -50,6 +49,11 @@ Status Job::start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::Cgrou
 }
 
 void Job::vm_command_started() {
+  uv_timer_init(runner_.loop(), deadline_.get());
+  deadline_.initialized(this);
+  uv_timer_start(deadline_.get(), [](uv_timer_t* h) {
+    if (auto* job = reactor::owner_of<Job>(h)) job->on_timeout();
+  }, vm_timeout_ms_, 0);
   started_confirmed_ = true;
   started_at_ms_ = wall_now_ms();
   append_record(protocol::encode_started(log_->last_seq() + 1, queue_wait_ms_, started_at_ms_));
@@ -126,6 +130,12 @@ void Job::vm_finished(const vm::VmOutcome& o) {
     t.refusal_detail = o.detail.substr(0, 1024);
     t.ran = "none";
   }
+  t.tree_hash = tree_hash_;
+  t.bundle_bytes = bundle_bytes_;
+  // What the command changed, from the guest's validated listing (null when it did not finish,
+  // or its listing is missing or not believed: the reason is in the log).
+  if (o.changes && (o.kind == K::kExit || o.kind == K::kSignal)) t.workspace = vm::encode_guest_changes(*o.changes);
+  else log_job(id_, "workspace_changes: not computed ({})", o.changes_note.empty() ? "the command did not finish" : o.changes_note);
   t.seq = log_->last_seq() + 1;
   terminal_json_ = protocol::encode_terminal(t);
   append_record(terminal_json_);

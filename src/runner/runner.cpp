@@ -1186,6 +1186,11 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   }
   auto spec = vm_host_->job_spec(job.id(), job.caller(), p.workspace_key, workspace_dir, argv, env, launch.cpus,
                                  pending.memory_bytes, job_account_, std::move(prep_network));
+  spec.cwd = pending.rel_cwd;  // validated as a Linux job's; it exists in the workspace (checked above)
+  if (auto tree = workspaces_->prepared(job.caller(), p.workspace_key)) {
+    launch.tree_hash = tree->tree;
+    launch.bundle_bytes = tree->bundle_bytes;
+  }
   if (auto s = job.start_vm(launch, std::move(spec), *cgroups_); !s) {
     log_error("job {}: could not start its VM: {}", job.id(), s.error().message);
     // Job::start_vm recorded the claim first thing: job_finished frees it, exactly once.

@@ -10,12 +10,14 @@
 //    the read-only transfer disk the host built;
 //  - the guest agent on a virtio-serial channel bound to a Unix socket the runner connects to.
 //
-// The memory hard limit is not in the XML: libvirt 9 turns an XML <memtune><hard_limit> into
-// QEMU's RLIMIT_MEMLOCK as well, which root without CAP_SYS_RESOURCE (containers, these
-// machines) cannot raise, so the domain would not start. The runner sets the same hard limit
-// with virDomainSetMemoryParameters while the domain is still paused (see vm_helper), and checks
-// it in QEMU's memory cgroup before the guest runs an instruction. memtune_xml() renders the
-// element for hosts and tests that want it in the definition.
+// The memory hard limit is not in the XML: libvirt 9 also turns an XML <memtune><hard_limit>
+// into QEMU's RLIMIT_MEMLOCK (setrlimit in the forked child), and raising a hard rlimit needs
+// CAP_SYS_RESOURCE, which root on these machines lacks: the create fails with "cannot limit
+// locked memory of process N to BYTES: Operation not permitted". The runner sets the same limit
+// with virDomainSetMemoryParameters while the domain is still paused (see motor-vm-helper; it
+// writes only the memory cgroup), and checks it in QEMU's memory cgroup before the guest runs
+// an instruction (docs/windows-jobs.md, step 3). memtune_xml() renders the element for hosts
+// and tests that want it in the definition.
 #pragma once
 
 #include <sys/types.h>

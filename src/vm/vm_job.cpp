@@ -14,6 +14,7 @@
 #include "motor/sys_error.hpp"
 #include "reactor/slow_call.hpp"
 #include "vm/domain_xml.hpp"
+#include "vm/guest_file_read.hpp"
 
 namespace motor::vm {
 namespace {
@@ -292,7 +293,7 @@ void VmJob::open_outputs() {
 }
 
 void VmJob::exec_command() {
-  std::vector<std::string> args{spec_.guest_stdout, spec_.guest_stderr};
+  std::vector<std::string> args{spec_.guest_stdout, spec_.guest_stderr, spec_.guest_changes, spec_.cwd.empty() ? "." : spec_.cwd};
   args.insert(args.end(), spec_.argv.begin(), spec_.argv.end());
   agent_->request(qga_exec(spec_.guest_runner, args, spec_.env), spec_.request_timeout_ms, [this](Expected<std::string> m) {
     auto pid = m ? qga_parse_exec(parser_, *m) : Expected<int64_t>(m.error());
@@ -356,7 +357,7 @@ void VmJob::check_status() {
         if (!tail.empty()) sink_.vm_output(i == 1, tail);
       }
       outcome_.times.command_us = since_us(t_phase_);
-      return end(outcome_.kind, outcome_.code, "");
+      return read_changes();
     }
     return rearm(0);
   }
@@ -378,6 +379,30 @@ void VmJob::check_status() {
   });
 }
 
+// The guest runner's listing of what the command changed: read bounded in bytes and in time (one
+// request timeout for the whole file: the deadline no longer applies once the command exited),
+// believed only once every entry is valid. Without one the job still ends as it ended; only its
+// report is null.
+void VmJob::read_changes() {
+  phase_ = Phase::kListing;
+  GuestFileRead file{spec_.guest_changes, kMaxListingBytes, spec_.read_chunk_bytes, spec_.request_timeout_ms};
+  read_guest_file(*agent_, parser_, std::move(file), [this](Expected<std::string> listing) {
+    if (phase_ != Phase::kListing) return;
+    auto changes = [&]() -> Expected<std::vector<GuestChange>> {
+      if (!listing) return listing.error();
+      reactor::SlowCall timed("validating a guest's change listing");
+      return parse_guest_changes(*listing);
+    }();
+    if (changes) {
+      outcome_.changes = std::move(*changes);
+    } else {
+      outcome_.changes_note = "the guest's change listing is not believed: " + changes.error().message;
+      sink_.vm_log(outcome_.changes_note);
+    }
+    end(outcome_.kind, outcome_.code, "");
+  });
+}
+
 void VmJob::end(VmOutcome::Kind kind, int64_t code, std::string detail) {
   if (!outcome_set_) {
     outcome_set_ = true;
@@ -395,6 +420,9 @@ void VmJob::end(VmOutcome::Kind kind, int64_t code, std::string detail) {
 
 void VmJob::kill(const std::string& why) {
   if (finished_ || stop_requested_ || phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
+  // The command has exited: nothing is left to stop, and its outcome stands. What remains
+  // (draining its output, reading the change listing) is bounded by the agent's request timeouts.
+  if (exited_) return;
   stop_requested_ = true;
   if (!outcome_set_) {
     outcome_set_ = true;

@@ -3,7 +3,8 @@
 //   transfer disk (mke2fs -d, confined)  ->  overlay (qemu-img, confined)  ->  domain created
 //   paused (motor-vm-helper)  ->  QEMU's confinement checked and completed  ->  resumed  ->
 //   guest agent synced  ->  guest-exec of the guest runner, its output files read with
-//   guest-file-read (bounded per read, per tick and in total)  ->  exit status  ->  domain
+//   guest-file-read (bounded per read, per tick and in total)  ->  exit status  ->  the guest's
+//   listing of what the command changed, read bounded and validated (vm/guest_changes.hpp)  ->  domain
 //   destroyed, QEMU gone, overlay and work directory deleted (the data disk stays).
 //
 // A kill (deadline, cancel, shutdown) at any point goes straight to the teardown. Every step
@@ -26,6 +27,7 @@
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "vm/disk_tool.hpp"
+#include "vm/guest_changes.hpp"
 #include "vm/helper_call.hpp"
 #include "vm/prep_step.hpp"
 #include "vm/qemu_confinement.hpp"
@@ -55,10 +57,13 @@ struct VmJobSpec {
   sandbox::Account tool_account;  // reads transfer_source for mke2fs (the job account)
   std::string pids_cgroup;        // "<parent>-vm/<job id>" in the pids hierarchy
   std::string disk_cgroup;        // cgroup name (under the runner's parent) for the disk tools
-  // The command, through the guest runner: RUNNER STDOUT_FILE STDERR_FILE ARGV...
+  // The command, through the guest runner: RUNNER STDOUT_FILE STDERR_FILE CHANGES_FILE CWD ARGV...
+  // (docs/windows-jobs.md "The guest runner").
   std::string guest_runner = "/motor/run";
   std::string guest_stdout = "/run/motor-job.out";
   std::string guest_stderr = "/run/motor-job.err";
+  std::string guest_changes = "/run/motor-job.changes";
+  std::string cwd;  // relative to the workspace copy, validated (workspace::relative_cwd); "" = its root
   std::vector<std::string> argv;
   std::vector<std::string> env;
   uint64_t agent_timeout_ms = 120000;
@@ -86,6 +91,10 @@ struct VmOutcome {
   bool output_truncated = false;
   VmPhaseTimes times;
   bool core_scheduling = false;
+  // What the command changed in the workspace copy, from the guest's validated listing; nullopt
+  // when there is none to believe, with the reason in changes_note.
+  std::optional<std::vector<GuestChange>> changes;
+  std::string changes_note;
 };
 
 class VmJobSink {
@@ -115,7 +124,7 @@ class VmJob {
   bool finished() const { return finished_; }
 
  private:
-  enum class Phase { kIdle, kPreparing, kDisks, kCreating, kResuming, kAgent, kRunning, kTearingDown, kDone };
+  enum class Phase { kIdle, kPreparing, kDisks, kCreating, kResuming, kAgent, kRunning, kListing, kTearingDown, kDone };
   void prepare();
   // Unmounts and deletes the preparation's result (after the transfer disk, or at teardown).
   Status remove_prep_result();
@@ -130,6 +139,7 @@ class VmJob {
   void tick();
   void read_stream(int index, std::function<void()> next);
   void check_status();
+  void read_changes();
   void end(VmOutcome::Kind kind, int64_t code, std::string detail);
   void teardown();
   void destroyed(Status s);

@@ -631,7 +631,7 @@ namespace {
 // jobs' network on an outbound runner: its own eth0 behind the same policy (a public address
 // reachable, a private one not). It fails on purpose afterwards, so no VM boots.
 TEST_F(RunnerNetwork, VmPreparationGetsTheOutboundJobsFilteredNetwork) {
-  const std::string guest = "/var/cache/motor/test-guest";
+  const std::string guest = test_guest_dir();
   MOTOR_REQUIRE(access((guest + "/base.qcow2").c_str(), R_OK) == 0 && access("/run/libvirt/libvirt-sock", F_OK) == 0,
                 "the test guest or libvirtd is missing (scripts/setup, scripts/build-test-guest)");
   auto r = outbound_runner();

@@ -19,7 +19,7 @@ class VmDiskTool : public ::testing::Test {
  protected:
   void SetUp() override {
     MOTOR_REQUIRE(access("/usr/bin/qemu-img", X_OK) == 0, "qemu-img is missing (scripts/setup installs it)");
-    MOTOR_REQUIRE(access("/var/cache/motor/test-guest/base.qcow2", R_OK) == 0, "no test guest (scripts/build-test-guest)");
+    MOTOR_REQUIRE(access((test_guest_dir() + "/base.qcow2").c_str(), R_OK) == 0, "no test guest (scripts/build-test-guest)");
     uv_loop_init(&loop_);
     parent_ = "motor-test-disk-" + unique_marker();
     auto driver = sandbox::detect_cgroups(parent_);
@@ -66,10 +66,10 @@ class VmDiskTool : public ::testing::Test {
 };
 
 TEST_F(VmDiskTool, QemuImgMakesAnOverlayAsTheQemuAccount) {
-  const std::string base = "/var/cache/motor/test-guest/base.qcow2";
+  const std::string base = test_guest_dir() + "/base.qcow2";
   struct stat before {};
   ASSERT_EQ(stat(base.c_str(), &before), 0);
-  auto s = run(vm::qemu_img_overlay_command(base, work_ + "/system.qcow2"), "/var/cache/motor/test-guest");
+  auto s = run(vm::qemu_img_overlay_command(base, work_ + "/system.qcow2"), test_guest_dir());
   ASSERT_TRUE(s.ok()) << s.error().message;
   struct stat st {};
   ASSERT_EQ(stat((work_ + "/system.qcow2").c_str(), &st), 0);

@@ -21,14 +21,13 @@
 namespace motor::test {
 namespace {
 
-const std::string kGuest = "/var/cache/motor/test-guest";
-
 bool guest_ready() {
   struct stat st {};
-  return stat((kGuest + "/base.qcow2").c_str(), &st) == 0 && stat("/run/libvirt/libvirt-sock", &st) == 0;
+  return stat((test_guest_dir() + "/base.qcow2").c_str(), &st) == 0 && stat("/run/libvirt/libvirt-sock", &st) == 0;
 }
 
 std::string vm_config(const std::string& dir, const std::string& extra = "") {
+  const std::string kGuest = test_guest_dir();
   return "vm_image = " + kGuest + "/base.qcow2\n" + "vm_kernel = " + kGuest + "/vmlinuz\n" + "vm_initrd = " + kGuest +
          "/initrd.img\n" + "vm_kernel_cmdline = \"console=ttyS0 panic=-1\"\n" + "vm_dir = " + dir + "/vm\n" +
          "vm_data_dir = " + dir + "/vm-data\n" + "vm_data_disk_size = 64M\nvm_memory_overhead = 256M\n" + extra;
@@ -377,6 +376,84 @@ TEST_F(VmJobs, AFailingSlowOrCancelledPreparationBootsNothingAndLeavesNothing) {
   EXPECT_NE(json_field(slow.terminal, "/refusal_detail").find("vm_prepare_timeout_s"), std::string::npos) << slow.terminal;
   EXPECT_TRUE(processes_with("sleep 3217").empty()) << "the prep's processes outlived its deadline";
   expect_torn_down(*runner_, slow.job_id);
+}
+
+}  // namespace
+}  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+// Issue 8 "Workspace into the guest": a workspace prepared from a real Git checkout reaches the
+// guest through the transfer disk; the command runs in its cwd there; what it changed comes back
+// from the guest's listing; the data disk keeps its new files for the next job of the key. The
+// deadline counts from `started`, as a Linux job's: this VM boots (TCG) for longer than the job's
+// timeout, and the job still runs to its end.
+TEST_F(VmJobs, PreparedWorkspaceCwdChangesAndWhatTheDataDiskKeeps) {
+  const std::string base = make_temp_dir();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { remove_tree(dir); }
+  } cleanup{base};
+  auto sh = [](const std::string& cwd, const std::string& script) {
+    auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(120), cwd);
+    return r.exit_code == 0 ? r.out : "<failed: " + r.err + ">";
+  };
+  sh(base, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
+           "mkdir -p src && echo 'fn main() {}' > src/main.rs && echo 'line 1' > f1.txt && echo 'line 2' > f2.txt && "
+           "echo keep > f3.txt && git add -A && git commit -qm init");
+  const std::string tree = sh(base + "/repo", "git rev-parse HEAD^{tree}").substr(0, 40);
+  start_runner();
+  auto prepared = runner_->client_in(base + "/repo", {"workspace", "prepare", "-w", "k"}, {"XDG_CACHE_HOME=" + base + "/cache"});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err << runner_->log();
+
+  RawClient c(runner_->socket());
+  auto one = run_vm(c, "pwd; cat main.rs ../f1.txt; echo edited >> ../f1.txt; rm ../f2.txt; echo new > ../new.txt; "
+                       "mkdir -p ../target && echo built > ../target/out; echo done",
+                    R"(,"workspace_key":"k","cwd":"src","timeout":6)");
+  ASSERT_TRUE(one.started) << one.terminal << runner_->log();
+  EXPECT_EQ(json_field(one.terminal, "/outcome/type"), "exit") << one.terminal << runner_->log();
+  EXPECT_EQ(json_field(one.terminal, "/outcome/code"), "0") << one.terminal;
+  EXPECT_EQ(json_field(one.terminal, "/killed"), "null") << "the deadline must count from started, not from admission";
+  EXPECT_EQ(one.out, "/data/work/src\nfn main() {}\nline 1\ndone\n") << one.err;
+  EXPECT_EQ(json_field(one.terminal, "/tree_hash"), tree);
+  EXPECT_EQ(json_field(one.terminal, "/workspace_changes"), R"(["f1.txt","f2.txt","new.txt","target/out"])") << one.terminal;
+  EXPECT_EQ(json_field(one.terminal, "/untracked_files/paths"), R"(["new.txt","target/out"])") << one.terminal;
+  expect_torn_down(*runner_, one.job_id);
+
+  // Same key: the prepared tree is delivered again (f1 and f2 as prepared), the job's new files
+  // are still on the data disk, and a job that changes nothing reports [].
+  auto two = run_vm(c, "cat f1.txt f2.txt new.txt target/out", R"(,"workspace_key":"k")", 2);
+  EXPECT_EQ(json_field(two.terminal, "/outcome/code"), "0") << two.terminal << two.err;
+  EXPECT_EQ(two.out, "line 1\nline 2\nnew\nbuilt\n") << two.err;
+  EXPECT_EQ(json_field(two.terminal, "/workspace_changes"), "[]") << two.terminal;
+  expect_torn_down(*runner_, two.job_id);
+}
+
+// A guest that lies in its listing (here the test guest's /motor/run-hostile, which replaces the
+// listing with what the job wrote) gets a null report and a logged reason; the runner stays fine.
+TEST_F(VmJobs, AHostileOrOversizedListingIsNotBelieved) {
+  start_runner("allow_emulation = true\nvm_guest_runner = /motor/run-hostile\n");
+  RawClient c(runner_->socket());
+  auto lying = run_vm(c, "printf 'motor-changes 1\\nM ok.txt\\nA ../../etc/passwd\\nend\\n' > .hostile-listing; echo ok");
+  ASSERT_TRUE(lying.started) << lying.terminal << runner_->log();
+  EXPECT_EQ(json_field(lying.terminal, "/outcome/code"), "0") << lying.terminal;
+  EXPECT_EQ(json_field(lying.terminal, "/workspace_changes"), "null") << lying.terminal;
+  EXPECT_EQ(json_field(lying.terminal, "/untracked_files"), "null") << lying.terminal;
+  EXPECT_NE(runner_->log().find("listing is not believed: line 3: a \".\" or \"..\" path component"), std::string::npos)
+      << runner_->log();
+  expect_torn_down(*runner_, lying.job_id);
+
+  // 4 MB of well-formed lines: refused once the reader passes its 1 MiB bound, not held whole.
+  auto big = run_vm(c, "(echo 'motor-changes 1'; yes 'A aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' | head -c 4000000) > .hostile-listing", "", 2);
+  EXPECT_EQ(json_field(big.terminal, "/outcome/code"), "0") << big.terminal;
+  EXPECT_EQ(json_field(big.terminal, "/workspace_changes"), "null") << big.terminal;
+  EXPECT_NE(runner_->log().find("is over 1048576 bytes"), std::string::npos) << runner_->log();
+  EXPECT_LT(peak_rss_bytes(runner_->pid()), int64_t{96} << 20);
+  RawClient other(runner_->socket());
+  ASSERT_TRUE(other.send_frame(R"({"id":7,"method":"runner.status","params":{}})"));
+  EXPECT_TRUE(other.read_frame(std::chrono::milliseconds(10000))) << "the runner must still answer";
+  expect_torn_down(*runner_, big.job_id);
 }
 
 }  // namespace

@@ -355,3 +355,17 @@ std::string json_field(const std::string& json, const std::string& path) {
 }
 
 }  // namespace motor::test
+
+namespace motor::test {
+
+std::string test_guest_dir() {
+  static const std::string dir = [] {
+    auto r = run_program({std::string(MOTOR_SOURCE_DIR) + "/scripts/build-test-guest"}, {}, std::chrono::seconds(600));
+    std::string out = r.out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return r.exit_code == 0 ? out : std::string();
+  }();
+  return dir;
+}
+
+}  // namespace motor::test

@@ -43,6 +43,11 @@ struct CommandResult {
 CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add = {},
                           std::chrono::seconds timeout = std::chrono::seconds(120), const std::string& cwd = "");
 
+// The small Linux guest the VM tests and benchmarks boot (scripts/build-test-guest, which builds
+// it on first use and caches it per version of the script): its directory, or "" if it cannot be
+// built.
+std::string test_guest_dir();
+
 class RunnerProcess {
  public:
   // `extra_config` is appended to a config naming a test cgroup parent and small limits.
