@@ -317,6 +317,7 @@ TEST_F(VmJobs, PreparedDependenciesReachTheGuestFromAConfinedPrepJob) {
       << "want: the prep ran as motor-prep, could not write the workspace, saw only lo; its result and the "
          "workspace both on the transfer disk";
   EXPECT_NE(r.err.find("motor: preparing dependencies"), std::string::npos) << r.err;
+  EXPECT_EQ(r.terminal.find(".motor-prep"), std::string::npos) << "the guest listed the result as a change: " << r.terminal;
   EXPECT_NE(r.err.find("prep says hi\n"), std::string::npos) << "the prep's output reaches the client" << r.err;
   struct stat st {};
   EXPECT_NE(lstat((ws + "/planted-by-prep").c_str(), &st), 0) << "the prep wrote into the workspace";
