@@ -24,6 +24,7 @@
 #include <simdjson.h>
 
 #include "motor/unique_fd.hpp"
+#include "gate/arrival_listeners.hpp"
 #include "runner/dns_filter.hpp"
 #include "runner/outbound.hpp"
 #include "runner/resolver.hpp"
@@ -1002,6 +1003,9 @@ T('read /etc/resolv.conf', lambda: R('/etc/resolv.conf'))
 // The egress policy drops silently, so a dropped connect times out; "timeout" alone would also be
 // what an unrouted address does. The evidence is the policy's own drop counter in the runner's
 // egress namespace, read before and after the attack: the drop rule must be what stopped it.
+// And where the targets can be reached without touching an outside address, the gate listens
+// there itself (arrival_listeners.hpp): the job also sends UDP to those listeners, and a datagram
+// that arrives is GOT THROUGH, whatever the job's connects reported.
 
 std::optional<Verdict> need_outbound(const AttackEnv& env) {
   if (env.config && env.config->outbound_network) return std::nullopt;
@@ -1047,41 +1051,64 @@ def _tcp(label, host, port):
         P(label, _en(e))
     finally:
         s.close()
+def SEND_ALL(targets):
+    for h, p in targets:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for _ in range(3): s.sendto(b'motor-gate', (h, p))
+        except BaseException:
+            pass
+        finally:
+            s.close()
 def CONNECT_ALL(targets):
     ts = [threading.Thread(target=_tcp, args=('tcp %s:%d' % (h, p), h, p)) for h, p in targets]
     for t in ts: t.start()
     for t in ts: t.join()
 )PY";
 
-// Every target must time out, and the named drop counter must have grown by at least one packet
-// per target.
+// Where the gate listens for what gets through: on the host's own addresses, or in a namespace
+// of its own behind the uplink that only the gate runner's jobs reach.
+enum class Listen { kOnUplink, kBehindUplink };
+
+// Every target must time out, nothing may arrive at the gate's listeners, and the named drop
+// counter must have grown by at least one packet per target.
 Attack outbound_connect_attack(std::string id, std::string control, std::string description, std::string counter,
-                               std::function<std::vector<std::string>(const AttackEnv&)> targets) {
+                               Listen where, std::function<std::vector<std::string>(const AttackEnv&)> targets) {
   Attack a;
   a.id = std::move(id);
   a.control = std::move(control);
   a.description = std::move(description);
   a.needs = "outbound_network = true";
   a.skip = need_outbound;
-  a.run = [counter = std::move(counter), targets = std::move(targets)](AttackEnv& env) {
+  a.run = [counter = std::move(counter), where, targets = std::move(targets)](AttackEnv& env) {
     const auto hosts = targets(env);
     if (hosts.empty()) return inconclusive("no target addresses found");
-    std::string list;
+    const std::string& uplink = env.config->outbound_uplink_netns;
+    auto listeners = where == Listen::kOnUplink
+                         ? ArrivalListeners::on_uplink(uplink, hosts)
+                         : ArrivalListeners::behind_uplink(uplink, runner::egress_tag(env.state_dir), hosts);
+    if (!listeners) return inconclusive("the gate could not make its listeners: " + listeners.error().message);
+    std::string list, sends;
     std::vector<Expect> expects;
     for (const auto& h : hosts) {
       list += fmt::format("({}, 80), ", py(h));
+      sends += fmt::format("({}, {}), ", py(h), (*listeners)->port());
       expects.push_back({fmt::format("tcp {}:80", h), {"timeout"}});
     }
     const int64_t before = egress_drops(env, counter);
-    JobRequest rq = python_job(env, "", std::string(kConnectAll) + "CONNECT_ALL([" + list + "])\n");
+    JobRequest rq = python_job(env, "", std::string(kConnectAll) + "SEND_ALL([" + sends + "])\nCONNECT_ALL([" + list + "])\n");
     rq.network = "outbound";
     Verdict v = judge_lines(run(env, rq), expects);
     const int64_t after = egress_drops(env, counter);
+    if (const auto arrived = (*listeners)->arrived(); !arrived.empty())
+      return through(fmt::format("datagrams from the job arrived at the gate's listeners on {} (port {}); {}",
+                                 fmt::join(arrived, ", "), (*listeners)->port(), v.evidence));
     if (v.result != Result::kStopped) return v;
     if (before < 0 || after - before < static_cast<int64_t>(hosts.size()))
       return through(fmt::format("the connects timed out but the policy's {} counter went {} -> {}: something else "
                                  "stopped them; {}", counter, before, after, v.evidence));
-    v.evidence += fmt::format("; {} counted {} more packets", counter, after - before);
+    v.evidence += fmt::format("; {} counted {} more packets; nothing arrived at the gate's UDP listeners (port {})", counter,
+                              after - before, (*listeners)->port());
     return v;
   };
   return a;
@@ -1320,14 +1347,14 @@ T('udp 192.0.2.1:53', udp)
       "net-outbound-ranges", "outbound job: egress ruleset drops every blocked range",
       "connect from an outbound job to one address in each private, shared, link-local (metadata), documentation "
       "and benchmarking range",
-      "blocked_drops", [](const AttackEnv&) {
+      "blocked_drops", Listen::kBehindUplink, [](const AttackEnv&) {
         return std::vector<std::string>{"10.0.0.1",  "100.64.0.1",  "169.254.169.254", "172.16.0.1", "192.0.0.1",
                                         "192.0.2.1", "192.168.0.1", "198.18.0.1",      "198.51.100.1", "203.0.113.1"};
       }));
   out.push_back(outbound_connect_attack(
       "net-outbound-host", "outbound job: egress ruleset drops the host's addresses and gateway",
       "connect from an outbound job to every address of the host (the uplink namespace) and its gateway", "host_drops",
-      uplink_host_targets));
+      Listen::kOnUplink, uplink_host_targets));
   out.push_back(outbound_ipv6());
   out.push_back(outbound_dns_private());
   // --- privileges -----------------------------------------------------------------------------

@@ -304,10 +304,13 @@ void Job::retry_pending_output() {
 
 void Job::on_exit() {
   if (exited_) return;
+  const int init_signal = sandbox::init_reported_signal(pid_);  // read before the reap frees the pid
   auto status = sandbox::reap_pidfd(pidfd_.get());
   if (!status) return;  // spurious wakeup
   exited_ = true;
   wait_status_ = *status;
+  // The command died of a signal inside the sandbox: report it as that signal, not as 128+N.
+  if (init_signal && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 128 + init_signal) wait_status_ = init_signal;
   pidfd_poll_.close();
   pidfd_.reset();
   confirm_started();

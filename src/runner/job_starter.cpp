@@ -108,6 +108,37 @@ std::vector<sandbox::BindMount> get_binds(Reader& r) {
   return out;
 }
 
+// An outbound job's network plan; its egress namespace fd travels beside the request, and the
+// helper rebuilds the RTM_NEWLINK that names it (use_egress_namespace).
+void put_network(Writer& w, const std::optional<sandbox::JobNetworkPlan>& net) {
+  w.num(net ? 1 : 0);
+  if (!net) return;
+  w.str(net->job_ifname);
+  w.str(net->egress_ifname);
+  w.num(net->job_address);
+  w.num(net->gateway);
+  w.num(static_cast<uint64_t>(net->prefix));
+}
+
+bool get_ifname(Reader& r, char (&out)[IFNAMSIZ]) {
+  const std::string name = r.str();
+  if (name.empty() || name.size() >= IFNAMSIZ) return false;
+  std::memcpy(out, name.c_str(), name.size() + 1);
+  return true;
+}
+
+bool get_network(Reader& r, std::optional<sandbox::JobNetworkPlan>& net) {
+  net.reset();
+  if (r.num() == 0) return r.ok();
+  sandbox::JobNetworkPlan plan;
+  if (!get_ifname(r, plan.job_ifname) || !get_ifname(r, plan.egress_ifname)) return false;
+  plan.job_address = static_cast<sandbox::Ipv4>(r.num());
+  plan.gateway = static_cast<sandbox::Ipv4>(r.num());
+  plan.prefix = static_cast<int>(r.num());
+  net = std::move(plan);
+  return r.ok();
+}
+
 std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, size_t attach_fds,
                            bool clone_into) {
   Writer w;
@@ -127,6 +158,7 @@ std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::Spa
   w.str(box.user_name);
   w.str(box.group_name);
   w.str(box.init_path);
+  put_network(w, box.network);
   w.str(spec.executable);
   w.strs(spec.argv);
   w.strs(spec.env);
@@ -168,6 +200,7 @@ bool decode_request(const std::string& body, Request& q) {
   q.box.user_name = r.str();
   q.box.group_name = r.str();
   q.box.init_path = r.str();
+  if (!get_network(r, q.box.network)) return false;
   q.spec.executable = r.str();
   q.spec.argv = r.strs();
   q.spec.env = r.strs();
@@ -303,13 +336,18 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     std::vector<UniqueFd> fds;
     if (!receive_message(sock, word, body, fds)) _exit(0);
     Request q;
-    if (!decode_request(body, q) || fds.size() != 3 + q.attach_fds + (q.clone_into ? 1 : 0)) {
+    // The fds: stdin, stdout, stderr, the cgroup's attach fds, its clone-into fd, the egress namespace.
+    if (!decode_request(body, q) || q.attach_fds > kMaxFds ||
+        fds.size() != 3 + q.attach_fds + (q.clone_into ? 1 : 0) + (q.box.network ? 1 : 0)) {
       reply_error(sock, "job starter: malformed request");
       continue;
     }
+    const size_t clone_into_at = 3 + q.attach_fds;
+    const size_t egress_at = clone_into_at + (q.clone_into ? 1 : 0);
     std::vector<int> attach;
     for (size_t i = 0; i < q.attach_fds; ++i) attach.push_back(fds[3 + i].get());
-    PassedCgroup cgroup(q.clone_into ? fds.back().get() : -1, std::move(attach));
+    PassedCgroup cgroup(q.clone_into ? fds[clone_into_at].get() : -1, std::move(attach));
+    if (q.box.network) sandbox::use_egress_namespace(*q.box.network, fds[egress_at].get());
     q.spec.stdin_fd = fds[0].get();
     q.spec.stdout_fd = fds[1].get();
     q.spec.stderr_fd = fds[2].get();
@@ -374,10 +412,9 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
 }
 
 void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
-  // An outbound job's network plan names the runner's egress namespace by fd, which the helper
-  // does not hold, and the request carries no idmap: such a sandbox is started in process.
+  // The request carries no idmap (sandbox/idmap.hpp): such a sandbox is started in process.
   const bool idmapped = std::any_of(box.read_only.begin(), box.read_only.end(), [](const auto& b) { return b.idmap.has_value(); });
-  if (running() && !box.network && !idmapped) {
+  if (running() && !idmapped) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
       return;
@@ -396,6 +433,7 @@ Status JobStarter::send_request(const sandbox::SandboxConfig& box, const sandbox
   fds.insert(fds.end(), attach.begin(), attach.end());
   const bool clone_into = spec.cgroup->clone_into_fd() >= 0;
   if (clone_into) fds.push_back(spec.cgroup->clone_into_fd());
+  if (box.network) fds.push_back(box.network->egress_netns_fd);  // the helper does not hold it
   if (fds.size() > kMaxFds) return make_error("internal", "too many fds for the job starter");
   if (!send_message(sock_.get(), 0, encode_request(box, spec, attach.size(), clone_into), fds)) {
     const std::string why = std::strerror(errno);

@@ -134,7 +134,13 @@ Runner::Runner(uv_loop_t* loop, Config config)
   started_hr_ns_ = uv_hrtime();
 }
 
-Runner::~Runner() = default;
+Runner::~Runner() {
+  // A clean shutdown: every job has ended and its cgroup is gone; the parent goes too (after a
+  // kill -9 it stays, and the next start cleans what is under it).
+  if (shutting_down_ && cgroups_) {
+    if (auto s = cgroups_->remove_parent(); !s) log_warning("leaving the cgroup parent: {}", s.error().message);
+  }
+}
 
 Status Runner::start() {
   reactor::SlowCall::set_reporter([](std::string_view what, uint64_t us) {

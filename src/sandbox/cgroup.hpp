@@ -65,6 +65,9 @@ class CgroupDriver {
   virtual Expected<std::unique_ptr<JobCgroup>> open(const std::string& name) = 0;
   // Names of job cgroups that exist under our parent (for clean-up on start).
   virtual std::vector<std::string> list() const = 0;
+  // Removes our parent cgroup from every hierarchy (the runner's clean shutdown). Fails, and
+  // leaves it, while a cgroup is still under it (rmdir says EBUSY): nothing is killed here.
+  virtual Status remove_parent() = 0;
 };
 
 enum class CgroupPreference { kAuto, kV2, kV1 };

@@ -264,6 +264,16 @@ class V1Driver final : public CgroupDriver {
     return {names.begin(), names.end()};
   }
 
+  Status remove_parent() override {
+    Status first;
+    std::vector<std::string> dirs = parent_dirs_;
+    if (!unified_parent_.empty()) dirs.push_back(unified_parent_);
+    for (const auto& dir : dirs) {
+      if (auto st = remove_dir(dir); !st && first) first = st;
+    }
+    return first;
+  }
+
  private:
   Status apply_limits(int hierarchy, const std::string& dir, const CgroupLimits& limits) {
     // One hierarchy can carry several controllers (e.g. a co-mounted "cpuset,memory").

@@ -120,6 +120,7 @@ class V2Driver final : public CgroupDriver {
   }
 
   std::vector<std::string> list() const override { return list_subdirs(parent_dir_); }
+  Status remove_parent() override { return remove_dir(parent_dir_); }
 
  private:
   std::string parent_dir_;

@@ -22,7 +22,6 @@ namespace {
 constexpr const char* kToolPath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
 
 std::string egress_name(const std::string& tag) { return "motor-eg-" + tag; }
-std::string uplink_veth(const std::string& tag) { return "meg-" + tag; }
 std::string uplink_table(const std::string& tag) { return "motor_eg_" + tag; }
 
 std::vector<std::string> ip_in(const std::string& netns, std::vector<std::string> args) {
@@ -52,6 +51,8 @@ Status write_sysctls(int netns_fd, const std::vector<std::string>& paths) {
 }
 
 }  // namespace
+
+std::string uplink_veth(const std::string& tag) { return "meg-" + tag; }
 
 Expected<std::vector<Ipv4>> namespace_addresses(int uplink_fd) {
   std::vector<Ipv4> out;

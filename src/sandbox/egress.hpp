@@ -55,6 +55,10 @@ class Egress {
   UniqueFd netns_, uplink_;
 };
 
+// The uplink namespace's end of the veth to the egress namespace of the runner tagged `tag`:
+// every packet an outbound job sends arrives in the uplink on it.
+std::string uplink_veth(const std::string& tag);
+
 // Every IPv4 address of a network namespace (`netns_fd`, or -1 for the caller's) and every
 // gateway its routes name, from `ip -4 -j` (blocking: start-up and the gate only).
 Expected<std::vector<Ipv4>> namespace_addresses(int netns_fd);

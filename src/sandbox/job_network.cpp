@@ -137,10 +137,15 @@ Expected<JobNetworkPlan> plan_job_network(int egress_netns_fd, const Cidr& subne
   plan.job_address = slot_job_address(subnet, slot);
   plan.gateway = slot_gateway(subnet, slot);
   plan.prefix = 30;
+  use_egress_namespace(plan, egress_netns_fd);
+  return plan;
+}
 
+void use_egress_namespace(JobNetworkPlan& plan, int egress_netns_fd) {
+  plan.egress_netns_fd = egress_netns_fd;
   // RTM_NEWLINK eth0 type veth peer mjv<slot> in the egress namespace (by fd).
   std::vector<uint8_t>& b = plan.newlink;
-  b.resize(NLMSG_HDRLEN, 0);
+  b.assign(NLMSG_HDRLEN, 0);
   put_ifinfo(b);
   put_attr(b, IFLA_IFNAME, plan.job_ifname, std::strlen(plan.job_ifname) + 1);
   const size_t linkinfo = put_attr(b, IFLA_LINKINFO, nullptr, 0);
@@ -160,7 +165,6 @@ Expected<JobNetworkPlan> plan_job_network(int egress_netns_fd, const Cidr& subne
   h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
   h.nlmsg_seq = 1;
   std::memcpy(b.data(), &h, sizeof h);
-  return plan;
 }
 
 int attach_job_network(const JobNetworkPlan& plan, const char*& stage) {

@@ -29,6 +29,9 @@ struct JobNetworkPlan {
 
 // `slot` >= 1 picks the job's /30 within `subnet` (slot 0 is the uplink link).
 Expected<JobNetworkPlan> plan_job_network(int egress_netns_fd, const Cidr& subnet, uint32_t slot);
+// Points `plan` at the egress namespace through `egress_netns_fd` (the RTM_NEWLINK names it by
+// fd number, so a process that received the fd under another number calls this).
+void use_egress_namespace(JobNetworkPlan& plan, int egress_netns_fd);
 // Slot n's addresses: base + 4n + 1 (gateway), + 2 (job).
 Ipv4 slot_gateway(const Cidr& subnet, uint32_t slot);
 Ipv4 slot_job_address(const Cidr& subnet, uint32_t slot);

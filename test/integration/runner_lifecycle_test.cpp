@@ -91,5 +91,23 @@ TEST(RunnerLifecycle, ShutdownFinishLetsRunningJobsEndThenExitsZero) {
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "0") << terminal;  // it ran to its end
 }
 
+// A clean stop removes the runner's cgroup parent from every hierarchy (a kill -9 leaves it;
+// the harness removes it then).
+TEST(RunnerLifecycle, CleanStopRemovesTheCgroupParent) {
+  MOTOR_REQUIRE(geteuid() == 0, "starts a real runner; needs root");
+  RunnerProcess runner;
+  ASSERT_TRUE(runner.start());
+  auto job = runner.client({"run", "--", "/bin/true"});  // a job cgroup was made and removed under it
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  std::vector<std::string> parents;
+  for (const char* h : {"unified", "memory", "pids", "cpuset", "freezer", "cpu", ""}) {
+    const std::string dir = fmt::format("/sys/fs/cgroup/{}{}{}", h, *h ? "/" : "", runner.cgroup_parent());
+    if (access(dir.c_str(), F_OK) == 0) parents.push_back(dir);
+  }
+  ASSERT_FALSE(parents.empty()) << "the runner made no cgroup parent";
+  EXPECT_EQ(runner.stop(), 0);
+  for (const auto& dir : parents) EXPECT_NE(access(dir.c_str(), F_OK), 0) << dir << " was left behind";
+}
+
 }  // namespace
 }  // namespace motor::test

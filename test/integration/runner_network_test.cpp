@@ -252,6 +252,8 @@ void stop_pid(pid_t& pid) {
   pid = -1;
 }
 
+constexpr const char* kHostPublic = "93.184.216.99";  // on the test uplink's lo
+
 class RunnerNetwork : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -273,6 +275,8 @@ class RunnerNetwork : public ::testing::Test {
     for (const char* a : {"10.9.9.9", "100.64.9.9", "169.254.169.254", "172.16.9.9", "192.0.0.9", "192.0.2.9", "192.168.9.9",
                           "198.18.9.9", "203.0.113.9", "10.53.53.53", "10.66.66.66"})
       ok = ok && sh(u + "addr add " + std::string(a) + "/32 dev lo");
+    // A public-range address of the host (the uplink namespace): only the host rule keeps jobs from it.
+    ok = ok && sh(u + "addr add " + std::string(kHostPublic) + "/32 dev lo");
     // dnsmasq in the foreground, as this process's child: stopped and reaped by its pid.
     const std::string pid_file = dir_ + "/dnsmasq.pid";
     if (ok) {
@@ -411,6 +415,23 @@ TEST_F(RunnerNetwork, OutboundJobHasNoIpv6AndOfflineJobOnlyLoopback) {
   EXPECT_EQ(off["gai:public.test"], "none");
 }
 
+// The job starter (runner/job_starter.hpp) starts outbound jobs too: the runner passes it the
+// egress namespace's fd with the request. Seen by the job's network namespace: one the starter
+// held in its pool, which only the starter has (a job the runner starts itself gets a new one).
+TEST_F(RunnerNetwork, OutboundJobsAreStartedByTheJobStarter) {
+  auto r = outbound_runner();
+  ASSERT_TRUE(r->start()) << r->log();
+  const pid_t starter = job_starter_of(r->pid());
+  ASSERT_GT(starter, 0) << "no motor-starter process under the runner";
+  const auto pool = full_pool(starter, 4, std::filesystem::read_symlink(fmt::format("/proc/{}/ns/net", r->pid())).string());
+  ASSERT_EQ(pool.size(), 4u) << "the pool never filled";
+  auto res = r->client({"run", "--network", "outbound", "--", "/bin/sh", "-c", "readlink /proc/self/ns/net; ls /proc/sys/net/ipv4/conf"});
+  ASSERT_EQ(res.exit_code, 0) << res.out << res.err << r->log();
+  const std::string job_ns = res.out.substr(0, res.out.find('\n'));
+  EXPECT_TRUE(pool.count(job_ns)) << job_ns << " was not in the starter's pool: the runner started the job itself";
+  EXPECT_NE(res.out.find("\neth0\n"), std::string::npos) << "no outbound interface: " << res.out;
+}
+
 // Control: the resolver's answer filter (dns_filter.cpp), over UDP and TCP.
 TEST_F(RunnerNetwork, ResolverRemovesAddressesThePolicyDrops) {
   auto r = outbound_runner();
@@ -530,7 +551,12 @@ std::map<std::string, std::string> gate_outbound(const std::string& up, const st
     if (results[id] != "stopped") results[id] += " | " + entry;  // the evidence, when it fails
   }
   struct stat st {};
-  EXPECT_NE(stat(("/run/netns/motor-eg-" + runner::egress_tag(dir + "/state")).c_str(), &st), 0) << "egress left behind";
+  const std::string tag = runner::egress_tag(dir + "/state");
+  EXPECT_NE(stat(("/run/netns/motor-eg-" + tag).c_str(), &st), 0) << "egress left behind";
+  // The gate's listener namespace and its routing rule in the uplink (gate/arrival_listeners.hpp).
+  EXPECT_NE(stat(("/run/netns/motor-gc-" + tag).c_str(), &st), 0) << "the gate's listener namespace left behind";
+  const auto rules = run_program({"/usr/sbin/ip", "-n", up, "rule", "show"});
+  EXPECT_EQ(rules.out.find("meg-" + tag), std::string::npos) << "the gate's rule left behind: " << rules.out;
   remove_tree(dir);
   return results;
 }
@@ -547,23 +573,27 @@ TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
 // are the outbound rows of gate_test.cpp's GateWeakened table (they need this fixture's uplink).
 class RunnerNetworkWeakened : public RunnerNetwork {
  protected:
-  void expect_only_through(const std::string& weaken, const std::string& through) {
+  // `evidence`: what the GOT THROUGH verdict must say (e.g. that a packet arrived at a listener).
+  void expect_only_through(const std::string& weaken, const std::string& through, const std::string& evidence = "") {
     const auto results = gate_outbound(up_, weaken);
     for (const char* id : kOutboundAttacks) {
       const std::string result = results.count(id) ? results.at(id) : "";
-      if (id == through)
+      if (id == through) {
         EXPECT_EQ(result.substr(0, 11), "got_through") << weaken << ": " << id << ": " << result;
-      else
+        EXPECT_NE(result.find(evidence), std::string::npos) << weaken << ": " << id << ": " << result;
+      } else
         EXPECT_EQ(result, "stopped") << weaken << ": " << id;
     }
   }
 };
 
 TEST_F(RunnerNetworkWeakened, OutboundRangesLetsTheRangesAttackThrough) {
-  expect_only_through("outbound-ranges", "net-outbound-ranges");
+  // The gate's own listeners behind the uplink (169.254.169.254 is an address of the test uplink:
+  // the host rule drops it first).
+  expect_only_through("outbound-ranges", "net-outbound-ranges", "arrived at the gate's listeners on 10.0.0.1, 100.64.0.1, 172.16.0.1");
 }
 TEST_F(RunnerNetworkWeakened, OutboundHostLetsTheHostAttackThrough) {
-  expect_only_through("outbound-host", "net-outbound-host");
+  expect_only_through("outbound-host", "net-outbound-host", fmt::format("arrived at the gate's listeners on {}", kHostPublic));
 }
 TEST_F(RunnerNetworkWeakened, OutboundIpv6LetsTheIpv6AttackThrough) {
   expect_only_through("outbound-ipv6", "net-outbound-ipv6");

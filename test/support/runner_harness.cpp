@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -24,6 +25,47 @@
 #include "protocol/json_writer.hpp"
 
 namespace motor::test {
+
+pid_t job_starter_of(pid_t runner) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || line.find("(motor-starter)") == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == runner) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+std::set<std::string> netns_fds_of(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    const std::string target = std::filesystem::read_symlink(e.path(), lec).string();
+    if (!lec && target.starts_with("net:[")) out.insert(target);
+  }
+  return out;
+}
+
+std::set<std::string> full_pool(pid_t starter, size_t n, const std::string& home) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::set<std::string> pool;
+  for (;;) {
+    pool = netns_fds_of(starter);
+    pool.erase(home);
+    if (pool.size() >= n || std::chrono::steady_clock::now() > deadline) return pool;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 
 bool in_ci() {
   const char* ci = std::getenv("CI");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ std::string unique_marker();
 std::vector<pid_t> processes_with(const std::string& marker);
 // Peak resident set size (VmHWM) of a process, in bytes.
 int64_t peak_rss_bytes(pid_t pid);
+
+// The runner's job starter process (runner/job_starter.hpp): its child named motor-starter, or -1.
+pid_t job_starter_of(pid_t runner);
+// "net:[inode]" of every network namespace `pid` holds through an open fd.
+std::set<std::string> netns_fds_of(pid_t pid);
+// Waits (at most 10 s) until the job starter holds `n` pooled network namespaces (it fills the
+// pool when idle); besides them it holds an fd of its own namespace (`home`), which is not pooled.
+std::set<std::string> full_pool(pid_t starter, size_t n, const std::string& home);
 
 struct CommandResult {
   int exit_code = -1;

@@ -5,7 +5,10 @@
 // Forks and execs COMMAND (PATH lookup as execvp), reaps every process that is re-parented to
 // it, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT (and SIGUSR1, SIGUSR2, SIGWINCH) to COMMAND, and
 // exits when COMMAND exits: with its exit code, or 128+N if signal N killed it (a PID-namespace
-// init cannot re-raise a fatal signal on itself; outside one, the signal is re-raised). Its exit
+// init cannot re-raise a fatal signal on itself; outside one, the signal is re-raised). So that
+// the runner can tell that from a command that exited 128+N, it first names itself
+// "motor-init:sN" (PR_SET_NAME); the runner reads that name from the exited, not yet reaped init
+// (sandbox::init_reported_signal). Only the process itself can set its name. Its exit
 // ends the PID namespace and so kills whatever the job left behind.
 // It execs nothing but COMMAND, holds no state of the runner, and is linked statically so it
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
@@ -39,6 +42,9 @@ void say(const char* what, const char* detail) {
     sigprocmask(SIG_UNBLOCK, &set, nullptr);
     raise(sig);
   }
+  char name[16];
+  std::snprintf(name, sizeof name, "motor-init:s%d", sig);
+  prctl(PR_SET_NAME, name, 0, 0, 0);
   std::_Exit(128 + sig);
 }
 
