@@ -31,6 +31,8 @@ struct ChildProcess::Watch {
   int pending = 1;  // the exit, plus one EOF per pipe
   bool exited = false;
   ChildExit result;
+  std::function<void(std::string_view)> on_stdout;  // streamed instead of collected
+  size_t stdout_bytes = 0;
   char buf[64 * 1024];
 
   template <typename T>
@@ -78,9 +80,15 @@ struct ChildProcess::Watch {
     const size_t len = static_cast<size_t>(n);
     if (s == reinterpret_cast<uv_stream_t*>(&out)) {
       // Past the bound the rest is read and dropped, so the child never blocks on a full pipe.
-      const size_t room = result.max_stdout_bytes - std::min(result.max_stdout_bytes, result.out.size());
+      const size_t room = result.max_stdout_bytes - std::min(result.max_stdout_bytes, stdout_bytes);
       if (len > room) result.stdout_truncated = true;
-      result.out.append(buf, std::min(len, room));
+      const size_t take = std::min(len, room);
+      stdout_bytes += take;
+      if (take > 0 && on_stdout) {
+        on_stdout(std::string_view(buf, take));
+      } else {
+        result.out.append(buf, take);
+      }
     } else {
       result.err_tail.append(buf, len);
       if (result.err_tail.size() > 2 * kErrTailBytes) result.err_tail.erase(0, result.err_tail.size() - kErrTailBytes);
@@ -248,6 +256,10 @@ void ChildProcess::run_detached(uv_loop_t* loop, const ChildSpec& spec, std::fun
   if (!child) return done(child.error());
   (*child)->watch_->owner = nullptr;  // the watch goes on alone and reports when it ends
   (*child)->watch_ = nullptr;
+}
+
+void ChildProcess::stream_stdout(std::function<void(std::string_view)> chunk) {
+  if (watch_) watch_->on_stdout = std::move(chunk);
 }
 
 ChildProcess::~ChildProcess() {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "motor/expected.hpp"
@@ -72,6 +73,11 @@ class ChildProcess {
   ~ChildProcess();  // a child still running is killed (SIGKILL) and reaped later on the loop
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // From now on stdout goes to `chunk` as it arrives (still at most max_stdout_bytes in all, then
+  // stdout_truncated) instead of into ChildExit::out. Set right after spawn/adopt. The callback
+  // must not destroy this ChildProcess.
+  void stream_stdout(std::function<void(std::string_view)> chunk);
 
   pid_t pid() const { return pid_; }
   bool finished() const { return watch_ == nullptr; }

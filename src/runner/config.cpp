@@ -165,6 +165,14 @@ vm_guest_runner = /motor/run
 vm_agent_timeout_s = 300
 # Most output read from one VM job; the rest is dropped with a note on stderr.
 vm_output_max_size = 64M
+# Dependency preparation before every VM job boots: this shell command (run with /bin/sh -c) runs
+# in a Linux sandbox as motor-prep, the workspace read-only at /workspace, network as outbound
+# jobs get it when outbound_network is on (else loopback only), and writes what the guest needs
+# into $MOTOR_PREP_OUT; that directory goes onto the transfer disk as .motor-prep/. "": none.
+vm_prepare_command = ""
+# How long the preparation may run (seconds), and the most it may write into $MOTOR_PREP_OUT.
+vm_prepare_timeout_s = 600
+vm_prepare_max_size = 512M
 )motorconf";
 
 }  // namespace
@@ -384,7 +392,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 55> kKeys = {{
+const std::array<KeySpec, 58> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -715,6 +723,16 @@ const std::array<KeySpec, 55> kKeys = {{
      [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 3600, c.vm_agent_timeout_s); }},
     {"vm_output_max_size", false,
      [](Config& c, Value& v) { return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 40, c.vm_output_max_bytes); }},
+    {"vm_prepare_command", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar.size() > 4096) return "a prepare command is at most 4096 bytes";
+       c.vm_prepare_command = v.scalar;
+       return std::nullopt;
+     }},
+    {"vm_prepare_timeout_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 86400, c.vm_prepare_timeout_s); }},
+    {"vm_prepare_max_size", false,
+     [](Config& c, Value& v) { return to_size(v.scalar, int64_t{1} << 20, int64_t{64} << 30, c.vm_prepare_max_bytes); }},
 }};
 
 const KeySpec* find_key(std::string_view name) {

@@ -109,6 +109,10 @@ struct Config {
   std::string vm_guest_runner = "/motor/run";
   int64_t vm_agent_timeout_s = 300;
   int64_t vm_output_max_bytes = int64_t{64} << 20;
+  // Dependency preparation before a VM boots (docs/windows-jobs.md): a shell command, "" = none.
+  std::string vm_prepare_command;
+  int64_t vm_prepare_timeout_s = 600;
+  int64_t vm_prepare_max_bytes = int64_t{512} << 20;
 
   std::string effective_workspace_root() const {
     return workspace_root.empty() ? state_dir + "/workspaces" : workspace_root;

@@ -127,6 +127,7 @@ class Job : private vm::VmJobSink {
   void vm_output(bool is_stderr, std::string_view text) override;
   void vm_finished(const vm::VmOutcome& outcome) override;
   void vm_log(const std::string& line) override;
+  void vm_prepare_output(std::string_view text) override;
 
   // The job starter's answer: watch the process, or end the job as refused.
   void on_spawned(Expected<sandbox::SpawnedProcess> spawned);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdint>
@@ -411,7 +412,9 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
 }
 
 void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
-  if (running()) {
+  // The request carries no idmap (sandbox/idmap.hpp): such a sandbox is started in process.
+  const bool idmapped = std::any_of(box.read_only.begin(), box.read_only.end(), [](const auto& b) { return b.idmap.has_value(); });
+  if (running() && !idmapped) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
       return;

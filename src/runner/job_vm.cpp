@@ -75,6 +75,17 @@ void Job::vm_output(bool is_stderr, std::string_view text) {
 
 void Job::vm_log(const std::string& line) { log_job(id_, "{}", line); }
 
+// The dependency preparation's output: stderr records before `started` (docs/protocol.md).
+void Job::vm_prepare_output(std::string_view text) {
+  for (size_t at = 0; at < text.size(); at += JobLog::kMaxPayload) {
+    if (auto seq = log_->append(JobLog::Kind::kStderr, text.substr(at, JobLog::kMaxPayload)); !seq) {
+      log_job(id_, "{}; preparation output dropped", seq.error().message);
+      return;
+    }
+  }
+  pump_all();
+}
+
 void Job::vm_finished(const vm::VmOutcome& o) {
   protocol::TerminalRecord t = started_terminal();
   t.killed.reset();  // set below for a kill

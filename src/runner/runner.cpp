@@ -1180,8 +1180,20 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   const std::vector<std::string> argv = p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
   std::vector<std::string> env;
   for (const auto& [name, value] : filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
+  // The dependency preparation gets the outbound jobs' network when the runner has it (the VM
+  // itself never has any); the claim is released with the job's (job_finished).
+  std::optional<sandbox::JobNetworkPlan> prep_network;
+  if (vm_host_->prepares() && outbound_) {
+    auto network = outbound_->claim(job.id());
+    if (!network) {
+      log_error("job {}: no network for its dependency preparation: {}", job.id(), network.error().message);
+      cpu_claims_.release(launch.cpus);
+      return false;
+    }
+    prep_network = std::move(*network);
+  }
   auto spec = vm_host_->job_spec(job.id(), job.caller(), p.workspace_key, workspace_dir, argv, env, launch.cpus,
-                                 pending.memory_bytes, job_account_);
+                                 pending.memory_bytes, job_account_, std::move(prep_network));
   spec.cwd = pending.rel_cwd;  // validated as a Linux job's; it exists in the workspace (checked above)
   if (auto tree = workspaces_->prepared(job.caller(), p.workspace_key)) {
     launch.tree_hash = tree->tree;

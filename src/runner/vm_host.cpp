@@ -85,6 +85,14 @@ void VmHost::setup(const std::string& init_path) {
     return;
   }
   qemu_account_ = *qemu;
+  if (!c.vm_prepare_command.empty()) {
+    auto prep = sandbox::lookup_unprivileged_account("motor-prep");
+    if (!prep) {
+      unavailable_ = "the motor-prep account (vm_prepare_command is set): " + prep.error().message + " (scripts/setup creates it)";
+      return;
+    }
+    prep_account_ = *prep;
+  }
   init_path_ = init_path;
   helper_path_ = init_path.substr(0, init_path.rfind('/')) + "/motor-vm-helper";
   char self[4096];
@@ -160,6 +168,7 @@ void VmHost::recover_leftovers() {
   closedir(d);
   for (const auto& name : names) {
     const std::string dir = config_.vm_dir + "/" + name;
+    (void)vm::unmount_prep_output(dir + "/prep");  // a preparation's result, if it was mounted
     log_warning("VM job {} was left running by an earlier runner: destroying its domain", name);
     auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
                                       [this, name](Expected<std::string> r) {
@@ -176,7 +185,8 @@ void VmHost::recover_leftovers() {
 vm::VmJobSpec VmHost::job_spec(const std::string& job_id, const std::string& caller, const std::string& workspace_key,
                                const std::string& workspace_dir, const std::vector<std::string>& argv,
                                const std::vector<std::string>& env, const CpuClaim& cpus, int64_t memory_bytes,
-                               const sandbox::Account& job_account) const {
+                               const sandbox::Account& job_account,
+                               std::optional<sandbox::JobNetworkPlan> prep_network) const {
   vm::VmJobSpec s;
   s.job_id = job_id;
   s.domain_name = kDomainPrefix + job_id;
@@ -218,6 +228,23 @@ vm::VmJobSpec VmHost::job_spec(const std::string& job_id, const std::string& cal
   s.env = env;
   s.agent_timeout_ms = static_cast<uint64_t>(config_.vm_agent_timeout_s) * 1000;
   s.max_output_bytes = config_.vm_output_max_bytes;
+  if (!config_.vm_prepare_command.empty()) {
+    vm::PrepSpec& p = s.prep.emplace();
+    p.command = config_.vm_prepare_command;
+    p.workspace_dir = workspace_dir;
+    p.max_bytes = config_.vm_prepare_max_bytes;
+    p.timeout_ms = static_cast<uint64_t>(config_.vm_prepare_timeout_s) * 1000;
+    p.account = prep_account_;
+    p.workspace_owner = job_account;
+    p.init_path = init_path_;
+    p.cgroup_name = "vmprep-" + job_id;
+    p.limits.memory_bytes = memory_bytes;
+    p.limits.pids_max = config_.pids_max;
+    p.limits.cpus = cpus.list();
+    p.read_only_paths = config_.cache_paths;
+    p.network = std::move(prep_network);
+    p.tmp_bytes = static_cast<uint64_t>(config_.job_tmp_bytes);
+  }
   return s;
 }
 

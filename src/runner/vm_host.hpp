@@ -38,7 +38,10 @@ class VmHost {
   vm::VmJobSpec job_spec(const std::string& job_id, const std::string& caller, const std::string& workspace_key,
                          const std::string& workspace_dir, const std::vector<std::string>& argv,
                          const std::vector<std::string>& env, const CpuClaim& cpus, int64_t memory_bytes,
-                         const sandbox::Account& job_account) const;
+                         const sandbox::Account& job_account,
+                         std::optional<sandbox::JobNetworkPlan> prep_network = std::nullopt) const;
+  // Whether VM jobs run a dependency preparation first (vm_prepare_command is set).
+  bool prepares() const { return !config_.vm_prepare_command.empty(); }
 
  private:
   VmHost(uv_loop_t* loop, const Config& config) : loop_(loop), config_(config), retirement_(loop) {}
@@ -51,6 +54,7 @@ class VmHost {
   std::optional<std::string> unavailable_;
   bool emulated_ = false;
   sandbox::Account qemu_account_;
+  sandbox::Account prep_account_;  // motor-prep, when vm_prepare_command is set
   std::string helper_path_, init_path_;
   virConnectPtr conn_ = nullptr;
   int lifecycle_callback_ = -1;

@@ -276,6 +276,10 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
     mount_attr attr{};
     attr.attr_set = op.attr_set;
     attr.propagation = MS_PRIVATE;
+    if (op.idmap_userns) {
+      attr.attr_set |= MOUNT_ATTR_IDMAP;
+      attr.userns_fd = static_cast<uint64_t>(op.idmap_userns->get());
+    }
     if (mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) return errno;
   }
   // 3. The new root: an empty tmpfs, attached at the staging directory.

@@ -8,11 +8,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
 
 namespace motor::sandbox {
 
@@ -38,6 +40,7 @@ struct MountOp {
   mode_t mode = 0;                   // kFile, kCharDevice
   dev_t device = 0;                  // kCharDevice
   std::string stage;                 // names the step in a setup failure ("bind /usr")
+  std::shared_ptr<const UniqueFd> idmap_userns;  // kBind: idmapped through this user namespace
 };
 
 struct MountPlan {

@@ -66,6 +66,13 @@ Status add_bind(MountPlan& plan, const BindMount& bind, uint64_t attrs, const st
   const std::string target = bind.target.empty() ? bind.source : bind.target;
   if (auto st = check_bind_target(target, what); !st) return st;
   plan.ops.push_back(bind_op(bind.source, target, *is_dir, attrs, "bind " + what + " " + bind.source + " at " + target));
+  if (bind.idmap) {
+    if (!(attrs & MOUNT_ATTR_RDONLY)) return make_error("config", "an idmapped bind (" + bind.source + ") must be read-only");
+    auto userns = idmap_user_namespace(*bind.idmap);
+    if (!userns) return userns.error();
+    plan.ops.back().idmap_userns = std::make_shared<const UniqueFd>(std::move(*userns));
+    plan.ops.back().stage = "bind (idmapped) " + what + " " + bind.source + " at " + target;
+  }
   return {};
 }
 

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "motor/expected.hpp"
 #include "sandbox/capabilities.hpp"
+#include "sandbox/idmap.hpp"
 #include "sandbox/job_network.hpp"
 #include "sandbox/mounts.hpp"
 #include "sandbox/namespaces.hpp"
@@ -41,8 +43,15 @@ struct ToolchainPath {
 std::vector<ToolchainPath> default_toolchain_paths();
 
 struct BindMount {
+  BindMount() = default;
+  BindMount(std::string source_path, std::string target_path, std::optional<IdMap> id_map = std::nullopt)
+      : source(std::move(source_path)), target(std::move(target_path)), idmap(id_map) {}
   std::string source;  // absolute host path (no symlink in any component)
   std::string target;  // absolute path inside the sandbox; empty = same as source
+  // Read-only binds only: the tree shown as owned by another account (sandbox/idmap.hpp).
+  // Honoured by an in-process spawn (SandboxedSpawn, DiskTool); the job starter runs such a
+  // sandbox in process.
+  std::optional<IdMap> idmap;
 };
 
 struct SandboxConfig {

@@ -42,77 +42,40 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
   box.deny_sockets = true;
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return plan.error();
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
-
-  sandbox::CgroupLimits limits;
-  limits.memory_bytes = int64_t{512} << 20;
-  limits.pids_max = 64;
-  auto cg = cgroups.create(spec.cgroup_name, limits);
-  if (!cg) return cg.error();
-  tool->cgroup_ = std::move(*cg);
-  auto fail = [&](Error e) -> Error {
-    (void)tool->cgroup_->remove();
-    tool->cgroup_.reset();
-    return e;
-  };
-
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
-  UniqueFd out_read(fds[0]), out_write(fds[1]);
-  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) return fail(sys_error("opening /dev/null"));
-
-  sandbox::SpawnSpec s;
-  s.executable = sandbox::kSandboxInitPath;
-  s.argv = sandbox::init_argv(spec.command);
-  s.env = {"PATH=/usr/bin:/usr/sbin:/bin:/sbin", "LC_ALL=C"};
-  s.cwd = spec.writable_dir;
-  s.uid = spec.account.uid;
-  s.gid = spec.account.gid;
-  s.stdin_fd = dev_null.get();
-  s.stdout_fd = out_write.get();
-  s.stderr_fd = out_write.get();
-  s.cgroup = tool->cgroup_.get();
-  s.hooks = &hooks;
-  auto spawned = sandbox::spawn_job(s);
-  if (!spawned) return fail(spawned.error());
-  out_write.reset();
-  tool->setup_status_ = std::move(spawned->setup_status);
-  auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
-                                            /*timeout_ms=*/0, kMaxMessage,
-                                            [self = tool.get()](reactor::ChildExit e) { self->exited(std::move(e)); });
-  if (!child) {
-    (void)tool->cgroup_->kill_all();
-    return fail(child.error());
+  for (const auto& [target, text] : spec.symlinks) plan->mounts.ops.push_back(sandbox::symlink_op(target, text));
+  if (!spec.symlinks.empty()) {
+    if (auto s = sandbox::finish_mount_plan(plan->mounts); !s) return s.error();
   }
-  tool->child_ = std::move(*child);
+  ConfinedCommand cmd;
+  cmd.command = spec.command;
+  cmd.env = {"PATH=/usr/bin:/usr/sbin:/bin:/sbin", "LC_ALL=C"};
+  cmd.cwd = spec.writable_dir;
+  cmd.account = spec.account;
+  cmd.cgroup_name = spec.cgroup_name;
+  cmd.limits.memory_bytes = int64_t{512} << 20;
+  cmd.limits.pids_max = 64;
+  cmd.max_output_bytes = kMaxMessage;
+  auto confined = spawn_confined(loop, cgroups, *plan, cmd, [self = tool.get()](reactor::ChildExit e) { self->exited(std::move(e)); });
+  if (!confined) return confined.error();
+  tool->cgroup_ = std::move(confined->cgroup);
+  tool->setup_status_ = std::move(confined->setup_status);
+  tool->child_ = std::move(confined->child);
   return tool;
 }
 
 DiskTool::~DiskTool() {
-  if (!cgroup_) return;
-  (void)cgroup_->kill_all();
   // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
-  // a few ms. Waited for at most 20 ms here; a cgroup still busy then is removed by the
-  // runner's recovery at its next start (it is named in state.json). The child is reaped on the loop.
-  for (int i = 0; i < 20; ++i) {
-    auto populated = cgroup_->populated();
-    if (!populated || !*populated) break;
-    usleep(1000);
-  }
+  // a few ms, waited for at most 20 ms here (it is named in state.json for a later recovery).
+  // The child is reaped on the loop.
+  kill_and_remove(cgroup_, 20);
   child_.reset();
-  (void)cgroup_->remove();
 }
 
 void DiskTool::exited(reactor::ChildExit exit) {
   // A failed sandbox step (before exec; exit 127) is told on the setup-status pipe, short and
   // already written: read without blocking.
   std::string text = std::move(exit.out);
-  char buf[512];
-  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-  const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf);
-  if (n > 0) text.insert(0, std::string(buf, static_cast<size_t>(n)) + "\n");
-  setup_status_.reset();
+  if (const std::string setup = read_setup_failure(setup_status_); !setup.empty()) text.insert(0, setup + "\n");
   // motor-init was PID 1 of the tool's namespace: everything else in it is being killed.
   for (int i = 0; i < 50 && !cgroup_->remove().ok(); ++i) {
     (void)cgroup_->kill_all();

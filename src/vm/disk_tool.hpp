@@ -15,6 +15,7 @@
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/child_process.hpp"
+#include "vm/confined_child.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
@@ -25,6 +26,7 @@ struct DiskToolSpec {
   std::vector<std::string> command;          // absolute program path first
   std::string writable_dir;                  // bound read-write at the same path; the cwd
   std::vector<sandbox::BindMount> read_only; // at their targets (same path when empty)
+  std::vector<std::pair<std::string, std::string>> symlinks;  // (target, link text) in the sandbox
   sandbox::Account account;                  // never root
   std::string init_path;                     // motor-init
   std::string cgroup_name;                   // unique under the runner's cgroup parent

@@ -79,8 +79,36 @@ void VmJob::start() {
   if (auto s = ensure_data_disk(spec_.data_disk, spec_.data_disk_bytes, spec_.qemu_account.uid, spec_.qemu_account.gid); !s) {
     return end(VmOutcome::Kind::kRefused, 0, s.error().message);
   }
+  if (spec_.prep) return prepare();
   if (!spec_.transfer_source.empty()) return make_transfer_disk();
   make_overlay();
+}
+
+// The dependency preparation (prep_step.hpp), before any disk is made: its result is a tmpfs in
+// the job's directory, put onto the transfer disk by make_transfer_disk and then unmounted.
+void VmJob::prepare() {
+  phase_ = Phase::kPreparing;
+  PrepSpec& prep = *spec_.prep;
+  prep.output_dir = spec_.work_dir + "/prep";
+  if (mkdir(prep.output_dir.c_str(), 0700) != 0) return end(VmOutcome::Kind::kRefused, 0, sys_error("creating " + prep.output_dir).message);
+  if (auto s = mount_prep_output(prep.output_dir, prep.max_bytes, prep.account); !s) {
+    return end(VmOutcome::Kind::kRefused, 0, s.error().message);
+  }
+  prep_mounted_ = true;
+  sink_.vm_prepare_output("motor: preparing dependencies (vm_prepare_command) as " + prep.account.name + "\n");
+  auto started = PrepStep::start(
+      loop_, cgroups_, prep, [this](std::string_view text) { sink_.vm_prepare_output(text); },
+      [this](Status s) {
+        if (stopping()) return teardown();
+        if (!s) return end(VmOutcome::Kind::kRefused, 0, "the dependency preparation (vm_prepare_command) failed: " + s.error().message);
+        outcome_.times.prepare_us = since_us(t_phase_);
+        sink_.vm_prepare_output("motor: dependencies prepared in " + std::to_string(outcome_.times.prepare_us / 1000) + " ms\n");
+        t_phase_ = uv_hrtime();
+        phase_ = Phase::kDisks;
+        make_transfer_disk();
+      });
+  if (!started) return end(VmOutcome::Kind::kRefused, 0, "the dependency preparation could not start: " + started.error().message);
+  prep_ = std::move(*started);
 }
 
 void VmJob::make_transfer_disk() {
@@ -92,6 +120,15 @@ void VmJob::make_transfer_disk() {
   tool.command = mke2fs_from_dir_command(spec_.transfer_source, dir + "/transfer.img", spec_.transfer_disk_bytes);
   tool.writable_dir = dir;
   tool.read_only = {{spec_.transfer_source, spec_.transfer_source}};
+  if (spec_.prep) {  // the workspace's root entries and the preparation's result, side by side
+    const std::string stage = "/transfer-stage";
+    auto staged = stage_transfer_tree(stage, spec_.prep->workspace_dir, spec_.prep->output_dir, spec_.prep->account,
+                                      spec_.tool_account);
+    if (!staged) return end(VmOutcome::Kind::kRefused, 0, "building the transfer disk: " + staged.error().message);
+    tool.command = mke2fs_from_dir_command(stage, dir + "/transfer.img", spec_.transfer_disk_bytes);
+    tool.read_only = std::move(staged->read_only);
+    tool.symlinks = std::move(staged->symlinks);
+  }
   tool.account = spec_.tool_account;
   tool.init_path = spec_.init_path;
   tool.cgroup_name = spec_.disk_cgroup;
@@ -105,10 +142,20 @@ void VmJob::make_transfer_disk() {
       return end(VmOutcome::Kind::kRefused, 0, sys_error("sealing the transfer disk").message);
     }
     rmdir(dir.c_str());
+    if (auto gone = remove_prep_result(); !gone) return end(VmOutcome::Kind::kRefused, 0, gone.error().message);
     make_overlay();
   });
   if (!started) return end(VmOutcome::Kind::kRefused, 0, "building the transfer disk: " + started.error().message);
   disk_tool_ = std::move(*started);
+}
+
+Status VmJob::remove_prep_result() {
+  if (!prep_mounted_) return {};
+  prep_mounted_ = false;
+  const std::string dir = spec_.work_dir + "/prep";
+  if (auto s = unmount_prep_output(dir); !s) return s;
+  if (rmdir(dir.c_str()) != 0) return sys_error("removing " + dir);
+  return {};
 }
 
 void VmJob::make_overlay() {
@@ -144,7 +191,7 @@ void VmJob::create_domain() {
   d.overlay = spec_.work_dir + "/system.qcow2";
   d.sealed_image = spec_.sealed_image;
   d.data_disk = spec_.data_disk;
-  if (!spec_.transfer_source.empty()) d.transfer_disk = spec_.work_dir + "/transfer.img";
+  if (!spec_.transfer_source.empty() || spec_.prep) d.transfer_disk = spec_.work_dir + "/transfer.img";
   d.agent_socket = spec_.work_dir + "/agent.sock";
   d.console_log = spec_.work_dir + "/console.log";
   d.kernel = spec_.kernel;
@@ -399,19 +446,23 @@ void VmJob::teardown() {
   auto* agent = agent_.release();
   auto* tool = disk_tool_.release();
   auto* helper = helper_.release();
+  if (prep_) prep_->stop();  // its processes are gone before the job's terminal record
+  auto* prep = prep_.release();
   uv_timer_t* t = new uv_timer_t;
   uv_timer_init(loop_, t);
   struct Doomed {
     QgaClient* agent;
     DiskTool* tool;
     HelperCall* helper;
+    PrepStep* prep;
   };
-  t->data = new Doomed{agent, tool, helper};
+  t->data = new Doomed{agent, tool, helper, prep};
   uv_timer_start(t, [](uv_timer_t* h) {
     auto* d = static_cast<Doomed*>(h->data);
     delete d->agent;
     delete d->tool;
     delete d->helper;
+    delete d->prep;
     delete d;
     uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* hh) { delete reinterpret_cast<uv_timer_t*>(hh); });
   }, 0, 0);
@@ -455,6 +506,7 @@ void VmJob::cleanup() {
   qemu_poll_.close();
   qemu_pidfd_.reset();
   if (auto s = remove_pids_cgroup(confinement_.pids_cgroup_dir); !s) sink_.vm_log(s.error().message);
+  if (auto s = remove_prep_result(); !s) sink_.vm_log(s.error().message);
   // Normally motor-vm-helper deleted the directory after the destroy; what is left here (a job
   // that ended before its domain existed, a failed destroy) is small.
   if (struct stat st {}; lstat(spec_.work_dir.c_str(), &st) == 0) {
@@ -466,7 +518,7 @@ void VmJob::cleanup() {
   outcome_.times.teardown_us = since_us(t_phase_);
   phase_ = Phase::kDone;
   finished_ = true;
-  sink_.vm_log("VM phases (ms): disks " + std::to_string(outcome_.times.disks_us / 1000) + ", domain start " +
+  sink_.vm_log("VM phases (ms): prepare " + std::to_string(outcome_.times.prepare_us / 1000) + ", disks " + std::to_string(outcome_.times.disks_us / 1000) + ", domain start " +
                std::to_string(outcome_.times.domain_start_us / 1000) + ", agent ready " +
                std::to_string(outcome_.times.agent_ready_us / 1000) + ", command " +
                std::to_string(outcome_.times.command_us / 1000) + ", teardown " +

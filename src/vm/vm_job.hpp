@@ -29,6 +29,7 @@
 #include "vm/disk_tool.hpp"
 #include "vm/guest_changes.hpp"
 #include "vm/helper_call.hpp"
+#include "vm/prep_step.hpp"
 #include "vm/qemu_confinement.hpp"
 #include "vm/qga_client.hpp"
 
@@ -72,10 +73,13 @@ struct VmJobSpec {
   uint64_t poll_ms = 100;
   int64_t max_output_bytes = int64_t{64} << 20;
   size_t max_message_bytes = 256 * 1024;
+  // Dependency preparation before the disks are made (prep_step.hpp); its result goes onto the
+  // transfer disk at .motor-prep/. Absent: none (vm_prepare_command is empty).
+  std::optional<PrepSpec> prep;
 };
 
 struct VmPhaseTimes {
-  uint64_t disks_us = 0, domain_start_us = 0, agent_ready_us = 0, command_us = 0, teardown_us = 0;
+  uint64_t prepare_us = 0, disks_us = 0, domain_start_us = 0, agent_ready_us = 0, command_us = 0, teardown_us = 0;
 };
 
 struct VmOutcome {
@@ -102,6 +106,8 @@ class VmJobSink {
   // Everything is torn down. The VmJob may be destroyed from here on (not inside this call).
   virtual void vm_finished(const VmOutcome& outcome) = 0;
   virtual void vm_log(const std::string& line) = 0;
+  // The dependency preparation's output (valid UTF-8, bounded), before the command starts.
+  virtual void vm_prepare_output(std::string_view) {}
 };
 
 class VmJob {
@@ -118,7 +124,10 @@ class VmJob {
   bool finished() const { return finished_; }
 
  private:
-  enum class Phase { kIdle, kDisks, kCreating, kResuming, kAgent, kRunning, kListing, kTearingDown, kDone };
+  enum class Phase { kIdle, kPreparing, kDisks, kCreating, kResuming, kAgent, kRunning, kListing, kTearingDown, kDone };
+  void prepare();
+  // Unmounts and deletes the preparation's result (after the transfer disk, or at teardown).
+  Status remove_prep_result();
   void make_transfer_disk();
   void make_overlay();
   void create_domain();
@@ -148,6 +157,8 @@ class VmJob {
   bool domain_created_ = false;
   VmOutcome outcome_;
   bool outcome_set_ = false;
+  std::unique_ptr<PrepStep> prep_;
+  bool prep_mounted_ = false;
   std::unique_ptr<DiskTool> disk_tool_;
   std::unique_ptr<HelperCall> helper_;
   std::unique_ptr<QgaClient> agent_;

@@ -13,6 +13,8 @@
 
 #include <functional>
 #include <optional>
+#include <string>
+#include <string_view>
 
 extern char** environ;
 
@@ -62,6 +64,24 @@ class ChildProcessTest : public ::testing::Test {
   }
   uv_loop_t loop_{};
 };
+
+// A streamed stdout arrives chunk by chunk while the child runs, bounded like a collected one.
+TEST_F(ChildProcessTest, StreamsStdoutAsItArrivesAndBoundsIt) {
+  ChildSpec spec = shell("printf first; sleep 0.3; printf second; head -c 100000 /dev/zero");
+  spec.max_stdout_bytes = 1000;
+  std::optional<ChildExit> result;
+  std::string streamed;
+  auto child = ChildProcess::spawn(&loop_, spec, [&](ChildExit e) { result = std::move(e); });
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  (*child)->stream_stdout([&](std::string_view chunk) { streamed.append(chunk); });
+  ASSERT_TRUE(run_until([&] { return streamed == "first"; })) << "the first chunk did not arrive before the child ended";
+  EXPECT_FALSE(result.has_value());
+  ASSERT_TRUE(run_until([&] { return result.has_value(); }));
+  EXPECT_EQ(streamed.size(), 1000u);
+  EXPECT_EQ(streamed.substr(0, 11), "firstsecond");
+  EXPECT_TRUE(result->stdout_truncated);
+  EXPECT_EQ(result->out, "") << "a streamed stdout is not also collected";
+}
 
 TEST_F(ChildProcessTest, ReportsExitCodeOutputAndStderrTail) {
   auto e = run(shell("echo out; echo 'it broke' >&2; exit 3"));

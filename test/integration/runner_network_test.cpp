@@ -29,6 +29,7 @@
 #include <map>
 #include <thread>
 
+#include "protocol/base64.hpp"
 #include "runner/outbound.hpp"
 #include "support/runner_harness.hpp"
 
@@ -648,6 +649,48 @@ TEST_F(RunnerNetwork, NetworkPiecesAreRemovedWithTheJobAndTheRunner) {
   EXPECT_FALSE(exists("/run/netns/" + eg));
   EXPECT_FALSE(sh(fmt::format("ip -n {} link show meg-{} >/dev/null 2>&1", up_, tag)));
   EXPECT_FALSE(sh(fmt::format("ip netns exec {} nft list table ip motor_eg_{} >/dev/null 2>&1", up_, tag)));
+}
+
+}  // namespace
+}  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+// A VM job's dependency preparation (vm_prepare_command, docs/windows-jobs.md) gets the outbound
+// jobs' network on an outbound runner: its own eth0 behind the same policy (a public address
+// reachable, a private one not). It fails on purpose afterwards, so no VM boots.
+TEST_F(RunnerNetwork, VmPreparationGetsTheOutboundJobsFilteredNetwork) {
+  const std::string guest = test_guest_dir();
+  MOTOR_REQUIRE(access((guest + "/base.qcow2").c_str(), R_OK) == 0 && access("/run/libvirt/libvirt-sock", F_OK) == 0,
+                "the test guest or libvirtd is missing (scripts/setup, scripts/build-test-guest)");
+  auto r = outbound_runner();
+  write_file(r->config_path(),
+             read_file(r->config_path()) +
+                 fmt::format("vm_image = {0}/base.qcow2\nvm_kernel = {0}/vmlinuz\nvm_initrd = {0}/initrd.img\n"
+                             "vm_dir = {1}/vm\nvm_data_dir = {1}/vm-data\nallow_emulation = true\n"
+                             "vm_prepare_command = \"python3 /workspace/probe.py links tcp:198.51.100.7:{2} "
+                             "tcp:10.9.9.9:{2}; exit 9\"\n",
+                             guest, r->dir(), kPort));
+  const std::string ws = r->workspace("default");
+  std::filesystem::create_directories(ws);
+  write_file(ws + "/probe.py", kProbe);
+  ASSERT_TRUE(r->start()) << r->log();
+  RawClient c(r->socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"true","platform":"windows","memory":"256M"}})"));
+  std::string err, terminal;
+  while (auto f = c.read_frame(std::chrono::milliseconds(60000))) {
+    if (json_field(*f, "/type") == "output") err += protocol::base64_decode(json_field(*f, "/bytes")).value_or("?");
+    if (json_field(*f, "/type") == "terminal") {
+      terminal = *f;
+      break;
+    }
+  }
+  EXPECT_EQ(json_field(terminal, "/outcome/reason"), "vm_start_failed") << terminal;
+  auto p = parse_lines(err);
+  EXPECT_EQ(p["links"], "eth0,lo") << err;
+  EXPECT_EQ(p[fmt::format("tcp:198.51.100.7:{}", kPort)], "OK") << err;
+  EXPECT_EQ(p[fmt::format("tcp:10.9.9.9:{}", kPort)].rfind("FAIL", 0), 0u) << err;
 }
 
 }  // namespace

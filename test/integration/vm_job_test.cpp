@@ -280,6 +280,111 @@ TEST_F(VmJobs, ARestartedRunnerDestroysTheVmOfADeadOne) {
 }  // namespace
 }  // namespace motor::test
 
+// Dependency preparation (vm_prepare_command): a Linux sandbox job as motor-prep before the VM's
+// disks are made; its result reaches the guest on the transfer disk at .motor-prep/.
+namespace motor::test {
+namespace {
+
+// What a prepare command tells about itself: its uid, whether it could write the workspace,
+// its network interfaces (outbound is off here: lo only). It also "vendors" the workspace's
+// manifest, which proves it can read motor-job's 0700 workspace.
+constexpr const char* kPrepProbe =
+    "vm_prepare_command = \"echo prep says hi; id -u > $MOTOR_PREP_OUT/uid; "
+    "if touch /workspace/planted-by-prep 2>/dev/null; then echo workspace-WRITABLE; else echo workspace-read-only; fi "
+    "> $MOTOR_PREP_OUT/workspace; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > $MOTOR_PREP_OUT/net; "
+    "mkdir $MOTOR_PREP_OUT/vendor && cp /workspace/Cargo.toml $MOTOR_PREP_OUT/vendor/\"\n";
+
+bool mounted_anywhere(const std::string& needle) {
+  return read_file("/proc/self/mountinfo").find(needle) != std::string::npos;
+}
+
+TEST_F(VmJobs, PreparedDependenciesReachTheGuestFromAConfinedPrepJob) {
+  start_runner(std::string("allow_emulation = true\n") + kPrepProbe);
+  const std::string ws = runner_->workspace("default");
+  std::filesystem::create_directories(ws);
+  write_file(ws + "/Cargo.toml", "[package]\nname = \"demo\"\n");
+  const passwd* job = getpwnam("motor-job");
+  ASSERT_NE(job, nullptr);
+  ASSERT_EQ(chown(ws.c_str(), job->pw_uid, job->pw_gid), 0);
+  ASSERT_EQ(chown((ws + "/Cargo.toml").c_str(), job->pw_uid, job->pw_gid), 0);
+  ASSERT_EQ(chmod(ws.c_str(), 0700), 0);
+  ASSERT_EQ(chmod((ws + "/Cargo.toml").c_str(), 0600), 0) << "only motor-job may read it, as a job may leave it";
+
+  RawClient c(runner_->socket());
+  auto r = run_vm(c, "cat .motor-prep/uid .motor-prep/workspace .motor-prep/net .motor-prep/vendor/Cargo.toml; cat Cargo.toml");
+  ASSERT_FALSE(r.job_id.empty()) << r.terminal << runner_->log();
+  ASSERT_TRUE(r.started) << r.terminal << r.err << runner_->log();
+  EXPECT_EQ(json_field(r.terminal, "/outcome/code"), "0") << r.terminal;
+  const std::string manifest = "[package]\nname = \"demo\"\n";
+  EXPECT_EQ(r.out, std::to_string(getpwnam("motor-prep")->pw_uid) + "\nworkspace-read-only\nlo\n" + manifest + manifest)
+      << "want: the prep ran as motor-prep, could not write the workspace, saw only lo; its result and the "
+         "workspace both on the transfer disk";
+  EXPECT_NE(r.err.find("motor: preparing dependencies"), std::string::npos) << r.err;
+  EXPECT_EQ(r.terminal.find(".motor-prep"), std::string::npos) << "the guest listed the result as a change: " << r.terminal;
+  EXPECT_NE(r.err.find("prep says hi\n"), std::string::npos) << "the prep's output reaches the client" << r.err;
+  struct stat st {};
+  EXPECT_NE(lstat((ws + "/planted-by-prep").c_str(), &st), 0) << "the prep wrote into the workspace";
+  // Nothing of the prep is left: its cgroup, its tmpfs, the job's directory.
+  expect_torn_down(*runner_, r.job_id);
+  EXPECT_NE(stat(("/sys/fs/cgroup/memory/" + runner_->cgroup_parent() + "/vmprep-" + r.job_id).c_str(), &st), 0);
+  EXPECT_NE(stat(("/sys/fs/cgroup/pids/" + runner_->cgroup_parent() + "/vmprep-" + r.job_id).c_str(), &st), 0);
+  EXPECT_FALSE(mounted_anywhere(r.job_id + "/prep")) << "the prep's tmpfs is still mounted";
+}
+
+TEST_F(VmJobs, AFailingSlowOrCancelledPreparationBootsNothingAndLeavesNothing) {
+  start_runner("allow_emulation = true\nvm_prepare_command = \"echo fetching deps; exit 7\"\n");
+  RawClient c(runner_->socket());
+  auto r = run_vm(c, "echo the command must not run");
+  ASSERT_FALSE(r.job_id.empty()) << r.terminal << runner_->log();
+  EXPECT_FALSE(r.started);
+  EXPECT_EQ(json_field(r.terminal, "/outcome/reason"), "vm_start_failed") << r.terminal;
+  EXPECT_EQ(json_field(r.terminal, "/ran"), "none");
+  const std::string detail = json_field(r.terminal, "/refusal_detail");
+  EXPECT_NE(detail.find("dependency preparation (vm_prepare_command) failed: exit status 7"), std::string::npos) << detail;
+  EXPECT_NE(r.err.find("fetching deps\n"), std::string::npos) << r.err;
+  EXPECT_EQ(runner_->log().find("QEMU pid"), std::string::npos) << "a VM was started after a failed preparation";
+  expect_torn_down(*runner_, r.job_id);
+  struct stat st {};
+  EXPECT_NE(stat(("/sys/fs/cgroup/memory/" + runner_->cgroup_parent() + "/vmprep-" + r.job_id).c_str(), &st), 0);
+  EXPECT_FALSE(mounted_anywhere(r.job_id + "/prep"));
+
+  // A cancel, and past vm_prepare_timeout_s, the prep (and what it started) is killed.
+  runner_->stop();
+  std::string conf = read_file(runner_->config_path());
+  conf.replace(conf.find("vm_prepare_command"), std::string::npos,
+               "vm_prepare_command = \"echo sleeping; sleep 3217 & sleep 3217\"\nvm_prepare_timeout_s = 8\n");
+  write_file(runner_->config_path(), conf);
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  RawClient c2(runner_->socket());
+  ASSERT_TRUE(c2.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"true","platform":"windows","memory":"256M"}})"));
+  std::string cancelled_id, cancelled;
+  while (auto f = c2.read_frame(std::chrono::milliseconds(60000))) {
+    if (json_field(*f, "/type") == "accepted") cancelled_id = json_field(*f, "/job_id");
+    if (json_field(*f, "/type") == "output" && protocol::base64_decode(json_field(*f, "/bytes")).value_or("") == "sleeping\n") {
+      ASSERT_TRUE(c2.send_frame("{\"id\":2,\"method\":\"exec.cancel\",\"params\":{\"job_id\":\"" + cancelled_id + "\"}}"));
+    }
+    if (json_field(*f, "/type") == "terminal") {
+      cancelled = *f;
+      break;
+    }
+  }
+  ASSERT_FALSE(cancelled_id.empty()) << cancelled << runner_->log();
+  EXPECT_EQ(json_field(cancelled, "/outcome/type"), "cancelled") << cancelled;
+  EXPECT_TRUE(processes_with("sleep 3217").empty()) << "the prep's processes outlived a cancel";
+  EXPECT_NE(stat(("/sys/fs/cgroup/memory/" + runner_->cgroup_parent() + "/vmprep-" + cancelled_id).c_str(), &st), 0);
+  EXPECT_FALSE(mounted_anywhere(cancelled_id + "/prep"));
+  expect_torn_down(*runner_, cancelled_id);
+  auto slow = run_vm(c2, "true", "", 3);
+  ASSERT_FALSE(slow.job_id.empty()) << slow.terminal << runner_->log();
+  EXPECT_EQ(json_field(slow.terminal, "/outcome/reason"), "vm_start_failed") << slow.terminal;
+  EXPECT_NE(json_field(slow.terminal, "/refusal_detail").find("vm_prepare_timeout_s"), std::string::npos) << slow.terminal;
+  EXPECT_TRUE(processes_with("sleep 3217").empty()) << "the prep's processes outlived its deadline";
+  expect_torn_down(*runner_, slow.job_id);
+}
+
+}  // namespace
+}  // namespace motor::test
+
 namespace motor::test {
 namespace {
 
