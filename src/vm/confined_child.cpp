@@ -7,6 +7,19 @@
 
 namespace motor::vm {
 
+sandbox::SandboxConfig confined_box(const sandbox::Account& account, const std::string& hostname,
+                                    const std::string& init_path, uint64_t tmp_bytes) {
+  sandbox::SandboxConfig box;
+  box.uid = account.uid;
+  box.gid = account.gid;
+  box.user_name = account.name;
+  box.group_name = account.name;
+  box.hostname = hostname;
+  box.init_path = init_path;
+  box.tmp_size_bytes = tmp_bytes;
+  return box;
+}
+
 Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const sandbox::SandboxPlan& plan,
                                        const ConfinedCommand& cmd, reactor::ChildProcess::Done done) {
   if (cmd.account.uid == 0 || cmd.command.empty()) return make_error("vm", "a confined command needs a command and no root");

@@ -36,6 +36,11 @@ struct ConfinedChild {
   std::unique_ptr<reactor::ChildProcess> child;
 };
 
+// The sandbox every confined command starts from: runs as `account` (user and group of that name)
+// under motor-init, with `hostname` and a private /tmp of `tmp_bytes`; callers add their mounts.
+sandbox::SandboxConfig confined_box(const sandbox::Account& account, const std::string& hostname,
+                                    const std::string& init_path, uint64_t tmp_bytes);
+
 // Creates the cgroup, spawns the command in `plan`'s sandbox and adopts it; on error nothing is
 // left (the cgroup is removed again).
 Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const sandbox::SandboxPlan& plan,

@@ -29,16 +29,9 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
   tool->done_ = std::move(done);
   tool->what_ = spec.command[0].substr(spec.command[0].rfind('/') + 1);
 
-  sandbox::SandboxConfig box;
+  sandbox::SandboxConfig box = confined_box(spec.account, "motor-disk", spec.init_path, uint64_t{64} << 20);
   box.workspace = {spec.writable_dir, spec.writable_dir};
   box.read_only = spec.read_only;
-  box.uid = spec.account.uid;
-  box.gid = spec.account.gid;
-  box.user_name = spec.account.name;
-  box.group_name = spec.account.name;
-  box.hostname = "motor-disk";
-  box.init_path = spec.init_path;
-  box.tmp_size_bytes = uint64_t{64} << 20;
   box.deny_sockets = true;
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return plan.error();

@@ -87,19 +87,12 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   step->done_ = std::move(done);
   step->timeout_ms_ = spec.timeout_ms;
 
-  sandbox::SandboxConfig box;
+  sandbox::SandboxConfig box = confined_box(spec.account, "motor-prep", spec.init_path, spec.tmp_bytes);
   box.workspace = {spec.output_dir, kPrepOutputInSandbox};
   sandbox::BindMount workspace{spec.workspace_dir, kPrepWorkspaceInSandbox};
   workspace.idmap = sandbox::IdMap{spec.workspace_owner.uid, spec.account.uid, spec.workspace_owner.gid, spec.account.gid};
   box.read_only.push_back(std::move(workspace));
   for (const auto& path : spec.read_only_paths) box.read_only.push_back({path, path});
-  box.uid = spec.account.uid;
-  box.gid = spec.account.gid;
-  box.user_name = spec.account.name;
-  box.group_name = spec.account.name;
-  box.hostname = "motor-prep";
-  box.init_path = spec.init_path;
-  box.tmp_size_bytes = spec.tmp_bytes;
   box.network = spec.network;
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) return plan.error();
