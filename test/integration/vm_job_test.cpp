@@ -425,11 +425,15 @@ TEST_F(VmJobs, PreparedWorkspaceCwdChangesAndWhatTheDataDiskKeeps) {
   EXPECT_EQ(json_field(one.terminal, "/untracked_files/paths"), R"(["new.txt","target/out"])") << one.terminal;
   expect_torn_down(*runner_, one.job_id);
 
-  // Same key: the prepared tree is delivered again (f1 and f2 as prepared), the job's new files
-  // are still on the data disk, and a job that changes nothing reports [].
-  auto two = run_vm(c, "cat f1.txt f2.txt new.txt target/out", R"(,"workspace_key":"k")", 2);
+  // The caller deletes f3.txt and prepares again. Same key: the prepared tree is delivered again
+  // (f1 and f2 as prepared, f3 gone from the guest's copy too), the job's new files are still on
+  // the data disk, and a job that changes nothing reports [].
+  sh(base + "/repo", "rm f3.txt");
+  auto again = runner_->client_in(base + "/repo", {"workspace", "prepare", "-w", "k"}, {"XDG_CACHE_HOME=" + base + "/cache"});
+  ASSERT_EQ(again.exit_code, 0) << again.err << runner_->log();
+  auto two = run_vm(c, "cat f1.txt f2.txt new.txt target/out; ls f3.txt 2>/dev/null || true", R"(,"workspace_key":"k")", 2);
   EXPECT_EQ(json_field(two.terminal, "/outcome/code"), "0") << two.terminal << two.err;
-  EXPECT_EQ(two.out, "line 1\nline 2\nnew\nbuilt\n") << two.err;
+  EXPECT_EQ(two.out, "line 1\nline 2\nnew\nbuilt\n") << "f3.txt, deleted by the caller, must be gone in the guest too; " << two.err;
   EXPECT_EQ(json_field(two.terminal, "/workspace_changes"), "[]") << two.terminal;
   expect_torn_down(*runner_, two.job_id);
 }
