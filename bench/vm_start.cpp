@@ -108,7 +108,7 @@ Phases direct_once(const std::string& dir) {
   qga(fd, "{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":4242}}\n");
   p.agent = ms_since(t0);
   t0 = Clock::now();
-  const std::string r = qga(fd, R"({"execute":"guest-exec","arguments":{"path":"/motor/run","arg":["/run/o","/run/e","true"]}})" "\n");
+  const std::string r = qga(fd, R"({"execute":"guest-exec","arguments":{"path":"/motor/run","arg":["/run/o","/run/e","/run/c",".","true"]}})" "\n");
   const std::string gpid = json_field(r, "/return/pid");
   for (int i = 0; i < 10000; ++i) {
     const std::string st = qga(fd, "{\"execute\":\"guest-exec-status\",\"arguments\":{\"pid\":" + gpid + "}}\n");
@@ -149,10 +149,13 @@ bool motor_once(RunnerProcess& runner, Phases& p) {
   if (auto s = status.read_frame()) p.stall_ms = std::atof(json_field(*s, "/result/loop_worst_stall_us").c_str()) / 1000.0;
   const std::string log = runner.log();
   static const std::regex re(
-      R"(VM phases \(ms\): disks (\d+), domain start (\d+), agent ready (\d+), command (\d+), teardown (\d+))");
+      R"(VM phases \(ms\): (?:prepare \d+, )?disks (\d+), domain start (\d+), agent ready (\d+), command (\d+), teardown (\d+))");
   std::smatch m, last;
   for (auto it = log.cbegin(); std::regex_search(it, log.cend(), m, re); it = m.suffix().first) last = m;
-  if (last.empty()) return false;
+  if (last.empty()) {
+    fmt::print(stderr, "no \"VM phases\" line in the runner's log:\n{}\n", log);
+    return false;
+  }
   p.overlay = std::stod(last[1]);
   p.start = std::stod(last[2]);
   p.agent = std::stod(last[3]);
