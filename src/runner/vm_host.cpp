@@ -64,6 +64,10 @@ VmHost::~VmHost() {
     if (lifecycle_callback_ >= 0) virConnectDomainEventDeregisterAny(conn_, lifecycle_callback_);
     virConnectClose(conn_);
   }
+  // The runner is stopping and its VM jobs have ended: the VMs' pids cgroup parent goes too when
+  // it is empty (jobs create it on demand; rmdir never removes one in use).
+  retirement_.remove_now();
+  rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm").c_str());
 }
 
 void VmHost::setup(const std::string& init_path) {

@@ -132,6 +132,14 @@ TEST_F(VmJobs, OutputExitCodeOnlyLoAndWhatPersists) {
   EXPECT_EQ(json_field(two.terminal, "/outcome/code"), "0") << two.terminal;
   EXPECT_EQ(two.out, "kept\n1000\n") << "want the data disk's file, no system-disk file, a non-root user";
   expect_torn_down(*runner_, two.job_id);
+
+  // A clean stop leaves no cgroup parent behind, the VMs' pids parent included (cgroup v1).
+  const std::string pids_parent = "/sys/fs/cgroup/pids/" + runner_->cgroup_parent() + "-vm";
+  const bool had_pids_parent = stat(pids_parent.c_str(), &st) == 0;
+  EXPECT_EQ(runner_->stop(std::chrono::seconds(60)), 0);
+  if (had_pids_parent) {
+    EXPECT_NE(stat(pids_parent.c_str(), &st), 0) << pids_parent << " was left behind";
+  }
 }
 
 TEST_F(VmJobs, QemuIsConfinedAndCancelLeavesNothing) {

@@ -189,13 +189,15 @@ RunnerProcess::~RunnerProcess() {
     if (stop(std::chrono::seconds(20)) < 0) kill9();
   }
   // Whatever a failed test left: processes in our cgroups, then the cgroups themselves.
-  for (const char* h : {"unified", "memory", "pids", "cpuset", "freezer", "cpu"}) {
-    const std::string parent = fmt::format("/sys/fs/cgroup/{}/{}", h, cgroup_parent_);
+  // (`<parent>-vm` holds the VM jobs' pids cgroups.)
+  for (const std::string h : {"unified", "memory", "pids", "cpuset", "freezer", "cpu", "pids-vm"}) {
+    const std::string parent = h == "pids-vm" ? fmt::format("/sys/fs/cgroup/pids/{}-vm", cgroup_parent_)
+                                              : fmt::format("/sys/fs/cgroup/{}/{}", h, cgroup_parent_);
     if (DIR* d = opendir(parent.c_str())) {
       while (dirent* e = readdir(d)) {
         if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
         const std::string cg = parent + "/" + e->d_name;
-        if (std::string(h) == "unified") write_file(cg + "/cgroup.kill", "1");
+        if (h == "unified") write_file(cg + "/cgroup.kill", "1");
         for (int i = 0; i < 200 && rmdir(cg.c_str()) < 0 && errno == EBUSY; ++i) {
           std::istringstream procs(read_file(cg + "/cgroup.procs"));
           for (pid_t p; procs >> p;) kill(p, SIGKILL);
