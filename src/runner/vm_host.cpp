@@ -179,7 +179,7 @@ void VmHost::recover_leftovers() {
                                         if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
                                         // QEMU may still be exiting: a busy cgroup is removed in the background.
                                         const std::string pids = "/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name;
-                                        if (rmdir(pids.c_str()) != 0 && errno != ENOENT) retirement_.retire({pids}, "VM job " + name);
+                                        if (!vm::remove_pids_cgroup(pids)) retirement_.retire({pids}, "VM job " + name);
                                         recovery_.erase(name);  // destroys this call: nothing runs after it
                                       });
     if (call) recovery_[name] = std::move(*call);
