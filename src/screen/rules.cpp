@@ -82,8 +82,10 @@ constexpr Rule kRules[] = {
     {"empty_change", kNo, Match::kProperty, kNone,
      "the change is empty: nothing to screen, which more often means a wrong base or a diff that was not read"},
     {"control_character", kNo, Match::kProperty, kNone,
-     "a path with a control character (newline, escape, ...) can hide what it names in any listing"},
-    {"unmerged", kNo, Match::kProperty, kNone, "git reports the file unmerged or of an unknown change type"},
+     "a path with a control character (newline, escape, ...), a bidirectional override or invalid UTF-8 can "
+     "hide what it names in any listing"},
+    {"unmerged", kNo, Match::kProperty, kNone,
+     "git reports the file unmerged, or a change type or mode the screen does not know"},
     {"submodule", kNo, Match::kProperty, kNone,
      "a submodule (mode 160000) brings in another repository's code that tools fetch and build"},
     {"symlink", kNo, Match::kProperty, kNone,

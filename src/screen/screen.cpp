@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <simdjson.h>
+
 #include "protocol/json_writer.hpp"
 
 namespace motor::screen {
@@ -29,11 +31,19 @@ bool is_mode(std::string_view s) {
 
 bool all_zeros(std::string_view id) { return id.find_first_not_of('0') == std::string_view::npos; }
 
+// A name that does not read as what it is: C0 and C1 controls, DEL, the bidirectional
+// overrides and marks ("trojan source": U+200E/F, U+202A-202E, U+2066-2069), invalid UTF-8.
 bool has_control_character(std::string_view path) {
-  for (unsigned char c : path) {
+  for (size_t i = 0; i < path.size(); ++i) {
+    const auto c = static_cast<unsigned char>(path[i]);
     if (c < 0x20 || c == 0x7f) return true;
+    const auto next = i + 1 < path.size() ? static_cast<unsigned char>(path[i + 1]) : 0;
+    const auto third = i + 2 < path.size() ? static_cast<unsigned char>(path[i + 2]) : 0;
+    if (c == 0xc2 && next >= 0x80 && next <= 0x9f) return true;
+    if (c == 0xe2 && next == 0x80 && (third == 0x8e || third == 0x8f || (third >= 0xaa && third <= 0xae))) return true;
+    if (c == 0xe2 && next == 0x81 && third >= 0xa6 && third <= 0xa9) return true;
   }
-  return false;
+  return !simdjson::validate_utf8(path.data(), path.size());
 }
 
 // Splits the input at NULs; the input must end with one (git ends every field with it).

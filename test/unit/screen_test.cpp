@@ -179,6 +179,10 @@ TEST(ScreenDecide, EachPropertyRow) {
   EXPECT_EQ(row_of(file("README.md")), "text_documentation");
   EXPECT_EQ(row_of(file("a\nb.md")), "control_character");
   EXPECT_EQ(row_of(file("a\x1b[2Jb.md")), "control_character");
+  EXPECT_EQ(row_of(file("read\u202Eme.md")), "control_character");  // a bidirectional override
+  EXPECT_EQ(row_of(file("a\xc2\x85.md")), "control_character");      // a C1 control (NEL)
+  EXPECT_EQ(row_of(file("a\xff.md")), "control_character");          // not UTF-8
+  EXPECT_EQ(row_of(file("caf\u00e9.md")), "text_documentation");     // UTF-8 is fine
   EXPECT_EQ(row_of(file("a.md", "100644", "100644", 'U')), "unmerged");
   EXPECT_EQ(row_of(file("a.md", "100644", "100644", 'X')), "unmerged");
   EXPECT_EQ(row_of(file("a.md", "100644", "040000")), "unmerged");
