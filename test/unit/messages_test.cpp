@@ -939,5 +939,24 @@ TEST(Size, Errors) {
   EXPECT_TRUE(contains(parse_size("99999999999999999999").error().message, "size too large"));
 }
 
+// (ext) untrusted runs and prepares (docs/change-screen.md).
+TEST_F(RunParamsTest, Untrusted) {
+  EXPECT_FALSE(ok(R"({"command":"true"})").untrusted);
+  EXPECT_TRUE(ok(R"({"command":"true","untrusted":true})").untrusted);
+  EXPECT_FALSE(error_of(R"({"command":"true","untrusted":"yes"})").empty());
+}
+
+TEST(WorkspaceParams, UntrustedAndScreenBase) {
+  simdjson::dom::parser parser;
+  const std::string base(40, 'a');
+  auto p = parse_workspace_params(parser, R"({"workspace_key":"k","untrusted":true,"screen_base":")" + base + R"("})");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->untrusted);
+  EXPECT_EQ(p->screen_base, base);
+  auto bad = parse_workspace_params(parser, R"({"untrusted":true,"screen_base":"HEAD~1"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("screen_base"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace motor::protocol
