@@ -321,6 +321,20 @@ TEST_F(ChangeScreenRunner, UntrustedDocsChangeRuns) {
   // The same tree again: no bundle, and still screened.
   auto again = motor({"run", "--untrusted", "-w", "docs", "--", "/bin/true"});
   EXPECT_EQ(again.exit_code, 0) << again.err;
+  // A sibling whose contents were never screened is refused like the workspace itself.
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "plain"}).exit_code, 0);
+  RawClient c(runner_->socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"workspace_key":"docs","untrusted":true,)"
+                           R"("siblings":["plain"],"command":"echo ran > /workspace/sibling-canary"}})"));
+  std::string t;
+  while (json_field(t, "/type") != "terminal") {
+    auto f = c.read_frame(std::chrono::milliseconds(60000));
+    ASSERT_TRUE(f.has_value());
+    t = *f;
+  }
+  EXPECT_EQ(json_field(t, "/outcome/reason"), "screen_refused") << t;
+  EXPECT_NE(json_field(t, "/refusal_detail").find("workspace \"plain\""), std::string::npos) << t;
+  EXPECT_FALSE(exists(runner_->workspace("docs") + "/sibling-canary"));
 }
 
 TEST_F(ChangeScreenRunner, UntrustedRunOnAWorkspaceThatWasNotScreenedIsRefused) {
