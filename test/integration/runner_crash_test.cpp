@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <set>
@@ -103,6 +103,7 @@ TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothing
     std::string token, job_id;
   };
   std::vector<Submitted> all;
+  std::map<std::string, int> outcomes;  // what the rounds ended in, for the log
   int token_counter = 0;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE(fmt::format("round {}", round));
@@ -195,6 +196,7 @@ TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothing
         EXPECT_TRUE(ran) << "exit recorded for a job that never ran: " << terminal;
       }
       all.push_back(s);
+      ++outcomes[json_field(terminal, "/outcome/type") + (ran ? " (ran)" : "")];
     }
     // The drain flag is what its last answered request said.
     const std::string draining = json_field(one_request(runner, "runner.status"), "/result/draining");
@@ -218,6 +220,9 @@ TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothing
   }
   // Across all rounds some jobs were accepted (the test exercised what it claims to).
   EXPECT_FALSE(all.empty());
+  std::string summary;
+  for (const auto& [what, n] : outcomes) summary += fmt::format(" {}: {};", what, n);
+  std::printf("%d rounds, %zu accepted jobs:%s\n", rounds, all.size(), summary.c_str());
   EXPECT_EQ(runner.stop(), 0);
   remove_tree(base);
 }

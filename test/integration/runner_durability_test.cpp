@@ -266,6 +266,8 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
     const std::string t = frame_of(frames, "terminal");
     EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t;
     EXPECT_NE(json_field(t, "/retry_after_ms"), "null") << t;
+    // Refused up front by the floor of what recording a job needs, before any write failed.
+    EXPECT_NE(json_field(t, "/refusal_detail").find("state directory's filesystem"), std::string::npos) << t;
   }
   EXPECT_TRUE(accepted.empty()) << "accepted on a full disk: " << accepted.size();
   fs.free_all();
