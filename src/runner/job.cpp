@@ -692,6 +692,7 @@ void Job::drop_stalled_followers() {
                     "from_seq {} (nothing is lost)",
                     runner_.config().stalled_client_timeout_s, id_, resume)));
   }
+  if (!dropped.empty()) maybe_close_log();
 }
 
 void Job::pump(Follower& f) {

@@ -157,6 +157,21 @@ struct TestLoop {
 class RunnerDurability : public ::testing::Test {
  protected:
   void SetUp() override { MOTOR_REQUIRE(geteuid() == 0, "integration tests start real runners and mount tmpfs; need root"); }
+  // A started runner whose state directory (and so its workspaces and job logs) is a tmpfs of
+  // its own, with no disk_free_floor; null (and a failure) if either could not be had.
+  RunnerProcess* runner_on_tiny_fs(const std::string& fs_options, const std::string& extra_config = "") {
+    runner_ = std::make_unique<RunnerProcess>("disk_free_floor = 0\n" + extra_config);
+    fs_ = std::make_unique<TinyFs>(runner_->state_dir(), fs_options);
+    if (!fs_->mounted()) return ADD_FAILURE() << "cannot mount a tmpfs", nullptr;
+    if (!runner_->start()) return ADD_FAILURE() << runner_->log(), nullptr;
+    return runner_.get();
+  }
+  void TearDown() override {
+    fs_.reset();  // lazily unmounted first, so the runner's directory can then be removed
+    runner_.reset();
+  }
+  std::unique_ptr<RunnerProcess> runner_;
+  std::unique_ptr<TinyFs> fs_;
 };
 
 // ---- item 3: the state writer on a full disk ----
@@ -251,10 +266,11 @@ TEST_F(RunnerDurability, KillingTheStateHelperWhileJobsRunNeverCrashesTheRunner)
 // ---- item 3: a job is accepted only once it is on record ----
 
 TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosingThem) {
-  RunnerProcess runner("disk_free_floor = 0\n");  // the operator's floor is not what saves us
-  TinyFs fs(runner.state_dir(), "size=8m,mode=0711");
-  ASSERT_TRUE(fs.mounted());
-  ASSERT_TRUE(runner.start()) << runner.log();
+  RunnerProcess* started = runner_on_tiny_fs("size=8m,mode=0711");
+  // disk_free_floor = 0: the operator's floor is not what saves us.
+  ASSERT_TRUE(started);
+  RunnerProcess& runner = *started;
+  TinyFs& fs = *fs_;
   ASSERT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
   fs.fill();
   std::vector<std::string> accepted;
@@ -283,10 +299,10 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
 TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRefusalSurvivesARestart) {
   // Free blocks but no free inode for the save's temp file: the floor (bytes) passes, the save
   // itself fails with ENOSPC.
-  RunnerProcess runner("disk_free_floor = 0\n");
-  TinyFs fs(runner.state_dir(), "size=64m,nr_inodes=400,mode=0711");
-  ASSERT_TRUE(fs.mounted());
-  ASSERT_TRUE(runner.start()) << runner.log();
+  RunnerProcess* started = runner_on_tiny_fs("size=64m,nr_inodes=400,mode=0711");
+  ASSERT_TRUE(started);
+  RunnerProcess& runner = *started;
+  TinyFs& fs = *fs_;
   ASSERT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
   fs.fill_inodes(2);  // the job's log directory and its first segment
   ASSERT_EQ(fs.free_inodes(), 2);
@@ -379,10 +395,10 @@ TEST_F(RunnerDurability, AQueuedRecordWhoseCgroupExistsIsReportedAsRanWithAnUnkn
 TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLandsInTheLogLater) {
   // The job waits in the queue (its log exists, empty) while the disk fills, then starts and
   // ends: no record of it can be logged, the terminal one least of all.
-  RunnerProcess runner("disk_free_floor = 0\nmax_running_jobs = 1\n");
-  TinyFs fs(runner.state_dir(), "size=16m,mode=0711");
-  ASSERT_TRUE(fs.mounted());
-  ASSERT_TRUE(runner.start()) << runner.log();
+  RunnerProcess* started = runner_on_tiny_fs("size=16m,mode=0711", "max_running_jobs = 1\n");
+  ASSERT_TRUE(started);
+  RunnerProcess& runner = *started;
+  TinyFs& fs = *fs_;
   RawClient first(runner.socket()), c(runner.socket());
   ASSERT_TRUE(first.send_frame(run_frame(1, "sleep 1")));
   ASSERT_TRUE(first.read_frame());
@@ -411,10 +427,10 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
 }
 
 TEST_F(RunnerDurability, SigtermOnAFullDiskStillEndsTheJobsAndTheRunner) {
-  RunnerProcess runner("disk_free_floor = 0\n");
-  TinyFs fs(runner.state_dir(), "size=16m,mode=0711");
-  ASSERT_TRUE(fs.mounted());
-  ASSERT_TRUE(runner.start()) << runner.log();
+  RunnerProcess* started = runner_on_tiny_fs("size=16m,mode=0711");
+  ASSERT_TRUE(started);
+  RunnerProcess& runner = *started;
+  TinyFs& fs = *fs_;
   RawClient c(runner.socket());
   ASSERT_TRUE(c.send_frame(run_frame(1, "echo begun; sleep 1; head -c 200000 /dev/zero | tr '\\0' y; sleep 600")));
   for (std::optional<std::string> f; (f = c.read_frame()) && json_field(*f, "/type") != "output";) {
