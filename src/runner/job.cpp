@@ -68,10 +68,14 @@ void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string>
   t.platform = platform_;
   t.seq = log_ ? log_->last_seq() + 1 : 1;
   terminal_json_ = protocol::encode_terminal(t);
+  conclude("ended before it started");
+}
+
+void Job::conclude(const char* how) {
   state_ = State::kFinished;
   finished_at_ms_ = now_ms();
   if (log_) append_terminal();
-  log_job(id_, "ended before it started: {}", terminal_json_);
+  log_job(id_, "{}: {}", how, terminal_json_);
   pump_all();
   maybe_close_log();
   runner_.job_finished(*this);
@@ -555,13 +559,7 @@ void Job::finish() {
   // The pipes are closed; their read buffers need not outlive the job.
   stdout_.reset();
   stderr_.reset();
-  state_ = State::kFinished;
-  finished_at_ms_ = now_ms();
-  append_terminal();
-  log_job(id_, "finished: {}", terminal_json_);
-  pump_all();
-  maybe_close_log();
-  runner_.job_finished(*this);
+  conclude("finished");
 }
 
 void Job::append_record(const std::string& json) {

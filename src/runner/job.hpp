@@ -151,6 +151,9 @@ class Job : private vm::VmJobSink {
   // memory for followers and written again on a timer.
   void append_terminal();
   void maybe_close_log();
+  // The end of the job, however it ended (terminal_json_ is set): finished, the terminal
+  // record logged (or kept for followers), the runner told.
+  void conclude(const char* how);
   // The last seq a follower can get: the log's, or one more for a terminal it lacks.
   int64_t last_seq() const;
   void pump(Follower& f);
