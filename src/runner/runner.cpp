@@ -584,6 +584,15 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
   }
+  if (p.untrusted) {  // (ext) only workspaces whose change passed the screen (docs/change-screen.md)
+    std::vector<std::string> keys = p.siblings;
+    keys.insert(keys.begin(), p.workspace_key);
+    for (const auto& key : keys) {
+      if (auto why = workspaces_->unscreened_reason(session.caller(), key); !why.empty()) {
+        return refuse_job(session, r.id, "screen_refused", fmt::format("workspace \"{}\": {}", key, why));
+      }
+    }
+  }
   if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
     return refuse_job(session, r.id, "runner_disk_full",
                       fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,

@@ -39,7 +39,7 @@ const std::vector<std::string> kAttacks = {
     "no-new-privs",   "setuid",         "seccomp-mode",   "seccomp-calls",          "ptrace-init",    "keyring",
     "user-namespace", "mount",          "tiocsti",        "hostname",               "sysv-ipc",       "write-proc-sys", "write-sys",
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
-    "daemon",         "timeout"};
+    "daemon",         "timeout",        "untrusted-unscreened-job", "untrusted-code-change"};
 // Skipped (host-level) unless the config enables outbound_network; runner_network_test.cpp runs
 // them against a test uplink.
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
