@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <thread>
 
@@ -142,12 +143,28 @@ TEST_F(RunnerWorkspaceHelpers, RunnerKilledDuringACheckoutLeavesNothingAndNoHalf
     motor({"workspace", "prepare", "-w", "k"}, 240s);
     done = true;
   });
-  const bool seen = eventually([&] { return done || !processes_with(checkout_marker).empty(); }, 200s) && !done;
+  // Killed once the checkout has written part of the tree (and is still writing).
+  const std::string many = runner_->workspace("k") + "/many";
+  auto files_written = [&] {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator(many, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      ++n;
+    }
+    return n;
+  };
+  const bool seen = eventually([&] { return done || (files_written() >= 50 && !processes_with(checkout_marker).empty()); },
+                               200s) &&
+                    !done;
   if (seen) runner_->kill9();
+  const size_t written = files_written();
   prepare.join();
   ASSERT_TRUE(seen) << "the checkout ended before the test could kill the runner";
-  // Nothing of the checkout outlives the runner: no helper, and its cgroup empty.
-  EXPECT_TRUE(eventually([&] { return processes_with(checkout_marker).empty(); }, 10s))
+  ASSERT_LT(written, 6000u) << "the checkout was complete when the runner was killed";
+  // Nothing of the checkout outlives the runner: no helper, and its cgroup empty, at once (a
+  // helper that lived on would still be writing the rest of the tree).
+  EXPECT_TRUE(eventually([&] { return processes_with(checkout_marker).empty(); }, 2s))
       << "a checkout helper outlived the runner";
   for (const auto& dir : helper_cgroups()) {
     if (dir.find("/unified/") != std::string::npos) continue;
