@@ -14,6 +14,7 @@
 
 #include "client/connection.hpp"
 #include "motor/fd_io.hpp"
+#include "motor/printable.hpp"
 #include "client/exit_codes.hpp"
 #include "client/screen_command.hpp"
 #include "screen/rules.hpp"
@@ -250,8 +251,10 @@ void print_list(std::string_view raw) {
       if (!j["outcome"]["code"].get_int64().get(n)) outcome += fmt::format(" {}", n);
       if (!j["outcome"]["signal"].get_int64().get(n)) outcome += fmt::format(" {}", n);
     }
-    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", text("job_id"), text("state"), text("workspace_key"), outcome,
-               text("summary"));
+    // Every field is the runner's or a caller's text: escaped, so no caller writes escape sequences
+    // into the operator's terminal.
+    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", escape_control_chars(text("job_id")), escape_control_chars(text("state")),
+               escape_control_chars(text("workspace_key")), outcome, escape_control_chars(text("summary")));
   }
 }
 

@@ -180,7 +180,7 @@ JobResult GateSession::run(const JobRequest& rq, int timeout_ms,
   const int64_t id = next_id_++;
   protocol::JsonWriter w;
   w.begin_object().field("id", id).field("method", "exec.run").key("params").begin_object();
-  w.field("workspace_key", rq.workspace_key).field("repository_root", "").field("cwd", "");
+  w.field("workspace_key", rq.workspace_key).field("repository_root", "").field("cwd", rq.cwd);
   if (!rq.argv.empty()) {
     w.key("argv").begin_array();
     for (const auto& a : rq.argv) w.string(a);

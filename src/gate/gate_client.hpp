@@ -34,6 +34,7 @@ struct JobRequest {
   std::string command;                // or a /bin/sh -c command line
   std::vector<std::pair<std::string, std::string>> env;
   std::string workspace_key;
+  std::string cwd;                    // relative to the workspace; "" = its top
   int64_t timeout_s = 60;
   std::string memory;                 // "" = the runner's default
   int64_t cpus = 0;                   // 0 = the runner's default

@@ -39,6 +39,13 @@ struct WorkspaceSettings {
   gid_t mirror_gid = 0;
   int64_t max_bundle_bytes = int64_t{1} << 30;
   uint64_t transfer_idle_ms = 120000;  // an upload silent this long is discarded
+  // Every sandbox helper run (checkout, scan, drop) is in a cgroup of its own with a memory limit
+  // and the runner's pids limit: `helper_cgroup` makes one and returns its directories (one per
+  // hierarchy), `release_helper_cgroup` takes them back once the helper has exited (the runner
+  // kills anything left and removes them). Unset: no cgroup.
+  std::function<Expected<std::vector<std::string>>(int64_t memory_bytes)> helper_cgroup;
+  std::function<void(std::vector<std::string>)> release_helper_cgroup;
+  int64_t helper_memory_bytes = int64_t{2} << 30;  // checkout and drop; a scan is charged its job's limit
 };
 
 // What a workspace was last prepared to (kept in memory and in <state>/workspace-git).
@@ -100,7 +107,8 @@ class Workspaces {
     int64_t bundle_bytes = 0;
     std::optional<protocol::WorkspaceReportJson> fields;
   };
-  void scan(const std::string& caller, const std::string& key, std::function<void(JobReport)> done);
+  // The scan runs with the job's memory limit (`memory_bytes`; 0: helper_memory_bytes).
+  void scan(const std::string& caller, const std::string& key, int64_t memory_bytes, std::function<void(JobReport)> done);
 
   // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
   // disk from it): nullopt if the workspace was never prepared.
@@ -148,6 +156,12 @@ class Workspaces {
                           const Record* prepared) const;
   void expire_transfers();
   std::vector<std::string> git_env() const;
+  // Starts motor-workspace-sandbox (spec.argv from sandbox_argv) in a helper cgroup of its own,
+  // dying with the runner (--parent: PR_SET_PDEATHSIG).
+  void run_helper(ChildSpec spec, int64_t memory_bytes, std::function<void(ChildResult)> done);
+  // A checkout in progress is marked on disk (<meta>.checkout beside the record): a runner that
+  // died during one finds the mark at start and drops the half-written workspace.
+  std::string checkout_mark_path(const std::string& caller, const std::string& key) const;
   std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
                                         const std::string& mirror, const std::string& script) const;
 
