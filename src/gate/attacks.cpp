@@ -855,8 +855,9 @@ Attack screened_code_change() {
     protocol::JsonWriter f;
     f.begin_object().field("transfer_id", tid).field("commit", commit).field("bundle_bytes", bundle.size()).end_object();
     auto finished = uploaded ? s.call("workspace.finish", f.str(), 120'000) : uploaded;
-    std::string prepare_reason = "?";
-    std::string_view reason;
+    std::string prepare_reason = "?", prepare_detail;
+    std::string_view reason, detail;
+    if (finished && !parser.parse(*finished)["refusal_detail"].get_string().get(detail)) prepare_detail = std::string(detail);
     if (finished && !parser.parse(*finished)["outcome"]["reason"].get_string().get(reason)) prepare_reason = std::string(reason);
     else if (finished && finished->find("\"prepared\"") != std::string::npos) prepare_reason = "prepared";
     // The untrusted job either way: it must not run.
@@ -866,7 +867,7 @@ Attack screened_code_change() {
     if (prepare_reason != "screen_refused" || r.outcome.reason != "screen_refused") {
       return inconclusive(fmt::format("the prepare: {}; the job: {}", prepare_reason, r.outcome_text()));
     }
-    return stopped("the prepare and the job were refused (screen_refused): " + tail(r.refusal_detail.value_or(""), 200));
+    return stopped("the prepare and the job were refused (screen_refused): " + tail(prepare_detail, 200));
   };
   return a;
 }
