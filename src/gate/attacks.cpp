@@ -24,6 +24,7 @@
 #include <simdjson.h>
 
 #include "motor/unique_fd.hpp"
+#include "protocol/json_writer.hpp"
 #include "gate/arrival_listeners.hpp"
 #include "runner/dns_filter.hpp"
 #include "runner/outbound.hpp"
@@ -762,6 +763,114 @@ T('read ' + REL, lambda: R(REL))
   return a;
 }
 
+// An untrusted job in workspace `key` (on the host at `host_dir`) that writes a canary there;
+// `ran`: the canary was written or the job started at all.
+struct CanaryRun {
+  JobResult job;
+  bool ran = false;
+};
+CanaryRun untrusted_canary_job(AttackEnv& env, const std::string& key, const std::string& host_dir) {
+  const std::string name = "gate-screen-canary-" + env.new_marker();
+  JobRequest rq;
+  rq.workspace_key = key;
+  rq.untrusted = true;
+  rq.argv = {"/bin/sh", "-c", "echo ran > /workspace/$0", name};
+  rq.timeout_s = 30;
+  CanaryRun c{run(env, rq), false};
+  const std::string host_file = host_dir + "/" + name;
+  c.ran = read_host(host_file) == "ran\n" ||
+          (c.job.have_terminal && c.job.outcome.kind != protocol::Outcome::Kind::kRefusedBeforeStart);
+  ::unlink(host_file.c_str());
+  return c;
+}
+
+// The change screen (docs/change-screen.md): a job of an untrusted run whose workspace's change
+// did not pass the screen must not start. The gate's workspace was never prepared as untrusted.
+Attack unscreened_untrusted_job() {
+  Attack a;
+  a.id = "untrusted-unscreened-job";
+  a.control = "change screen: an untrusted run needs a workspace whose change passed it";
+  a.description = "an untrusted run on a workspace whose change was never screened writes a canary";
+  a.run = [](AttackEnv& env) {
+    auto [r, ran] = untrusted_canary_job(env, env.workspace_key, env.workspace);
+    if (ran) return through("the job ran: " + r.outcome_text());
+    if (r.outcome.reason != "screen_refused") return inconclusive("not refused by the screen: " + r.outcome_text());
+    return stopped("refused before start: " + r.outcome_text());
+  };
+  return a;
+}
+
+// A trusted job of the gate makes the bundle of a real change (a docs base, then a build.rs on
+// top) in its workspace; the gate prepares it as an untrusted workspace and asks for an untrusted
+// job in it. Both must be refused: the job's canary is never written.
+constexpr const char* kScreenBundleScript = R"sh(set -e
+d=$(mktemp -d) && cd "$d" && export HOME="$d"
+export GIT_AUTHOR_NAME=gate GIT_AUTHOR_EMAIL=gate@localhost GIT_COMMITTER_NAME=gate GIT_COMMITTER_EMAIL=gate@localhost
+git init -q . && echo '# docs' > README.md && git add README.md && git commit -qm base
+base=$(git rev-parse HEAD)
+echo 'fn main() { std::fs::write("/workspace/canary", "ran").unwrap(); }' > build.rs
+git add build.rs && git commit -qm change && git update-ref refs/motor/synthetic HEAD
+git bundle create -q "/workspace/$0" refs/motor/synthetic
+echo "$base $(git rev-parse HEAD) $(git rev-parse 'HEAD^{tree}')"
+)sh";
+
+Attack screened_code_change() {
+  Attack a;
+  a.id = "untrusted-code-change";
+  a.control = "change screen: an untrusted prepare of a code change is refused before the checkout";
+  a.description = "prepare an untrusted workspace whose change adds build.rs, then run an untrusted job in it";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string bundle_name = "gate-screen-" + m + ".bundle", key = "gate-screen-" + m;
+    JobRequest make;
+    make.workspace_key = env.workspace_key;
+    make.argv = {"/bin/sh", "-c", kScreenBundleScript, bundle_name};
+    make.timeout_s = 60;
+    auto made = run(env, make);
+    const std::string bundle_path = env.workspace + "/" + bundle_name;
+    const std::string bundle = read_host(bundle_path);
+    ::unlink(bundle_path.c_str());
+    std::istringstream ids(made.out);
+    std::string base, commit, tree;
+    ids >> base >> commit >> tree;
+    if (!made.exited(0) || bundle.empty() || !protocol::is_object_id(tree)) {
+      return inconclusive("the gate's job could not make the change's bundle: " + made.outcome_text() + " " + tail(made.err));
+    }
+    auto session = GateSession::connect_socket(env.socket_path);
+    if (!session) return inconclusive("cannot reach the runner: " + session.error().message);
+    auto& s = **session;
+    protocol::JsonWriter w;
+    w.begin_object().field("workspace_key", key).field("repository_root", "/gate/" + key).field("tree_hash", tree);
+    w.field("untrusted", true).field("screen_base", base).end_object();
+    auto first = s.call("workspace.prepare", w.str(), 60'000);
+    simdjson::dom::parser parser;
+    std::string_view transfer;
+    if (!first || parser.parse(*first)["transfer_id"].get_string().get(transfer)) {
+      return inconclusive("workspace.prepare: " + (first ? *first : first.error().message));
+    }
+    const std::string tid(transfer);
+    protocol::JsonWriter u;
+    u.begin_object().field("transfer_id", tid).field("offset", 0).key("data").base64(bundle).end_object();
+    auto uploaded = s.call("workspace.upload", u.str(), 60'000);
+    protocol::JsonWriter f;
+    f.begin_object().field("transfer_id", tid).field("commit", commit).field("bundle_bytes", bundle.size()).end_object();
+    auto finished = uploaded ? s.call("workspace.finish", f.str(), 120'000) : uploaded;
+    std::string prepare_reason = "?";
+    std::string_view reason;
+    if (finished && !parser.parse(*finished)["outcome"]["reason"].get_string().get(reason)) prepare_reason = std::string(reason);
+    else if (finished && finished->find("\"prepared\"") != std::string::npos) prepare_reason = "prepared";
+    // The untrusted job either way: it must not run.
+    auto [r, ran] = untrusted_canary_job(env, key, env.workspace_root + "/root/" + key);
+    (void)s.call("workspace.drop", fmt::format(R"({{"workspace_key":"{}"}})", key), 60'000);
+    if (ran) return through(fmt::format("the prepare: {}; the job ran: {}", prepare_reason, r.outcome_text()));
+    if (prepare_reason != "screen_refused" || r.outcome.reason != "screen_refused") {
+      return inconclusive(fmt::format("the prepare: {}; the job: {}", prepare_reason, r.outcome_text()));
+    }
+    return stopped("the prepare and the job were refused (screen_refused): " + tail(r.refusal_detail.value_or(""), 200));
+  };
+  return a;
+}
+
 Attack dotdot() {
   Attack a;
   a.id = "fs-dotdot";
@@ -1438,6 +1547,8 @@ T('stat the socket', lambda: os.stat(SOCK) and None)
     out.push_back(std::move(a));
   }
   out.push_back(other_caller());
+  out.push_back(unscreened_untrusted_job());
+  out.push_back(screened_code_change());
   // --- read-only mounts ------------------------------------------------------------------------
   out.push_back(probe_attack("write-usr", "toolchains bound read-only", "create files in /usr and /usr/bin", nullptr,
                              "T('create in /usr', lambda: W('/usr/gate-probe'))\n"

@@ -195,6 +195,7 @@ JobResult GateSession::run(const JobRequest& rq, int timeout_ms,
   if (!rq.memory.empty()) w.field("memory", rq.memory);
   if (rq.cpus > 0) w.field("cpus", rq.cpus);
   if (!rq.network.empty()) w.field("network", rq.network);
+  if (rq.untrusted) w.field("untrusted", true);
   w.end_object().end_object();
   if (auto s = send(w.str()); !s) {
     r.error = s.error().message;

@@ -39,6 +39,7 @@ struct JobRequest {
   std::string memory;                 // "" = the runner's default
   int64_t cpus = 0;                   // 0 = the runner's default
   std::string network;                // "" = the runner's default (offline); "outbound"
+  bool untrusted = false;             // (ext) only on a workspace whose change passed the screen
 };
 
 // Everything the runner said about one job.

@@ -34,6 +34,9 @@ constexpr uint64_t kOomRecheckMs = 10;
 constexpr int kOomRechecks = 50;
 // How often output held back by a full disk is offered to the log again.
 constexpr uint64_t kLogRetryMs = 1000;
+// Polls of a cgroup whose state cannot be read (every kEmptyPollMs) before the job ends anyway,
+// its cgroup left to the background removal: about 2 s.
+constexpr int kUnreadableCgroupPolls = 400;
 
 }  // namespace
 
@@ -65,11 +68,16 @@ void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string>
   t.platform = platform_;
   t.seq = log_ ? log_->last_seq() + 1 : 1;
   terminal_json_ = protocol::encode_terminal(t);
-  if (log_) append_record(terminal_json_);
+  conclude("ended before it started");
+}
+
+void Job::conclude(const char* how) {
   state_ = State::kFinished;
   finished_at_ms_ = now_ms();
-  log_job(id_, "ended before it started: {}", terminal_json_);
+  if (log_) append_terminal();
+  log_job(id_, "{}: {}", how, terminal_json_);
   pump_all();
+  maybe_close_log();
   runner_.job_finished(*this);
 }
 
@@ -275,6 +283,10 @@ void Job::on_output(OutputPipe& out, ssize_t nread) {
 
 bool Job::append_output(OutputPipe& out, std::string_view bytes) {
   auto seq = log_->append(out.kind, bytes);
+  if (!seq && shutting_down_) {
+    log_job(id_, "{}; {} bytes of output dropped (the runner is stopping)", seq.error().message, bytes.size());
+    return true;
+  }
   if (!seq) {
     // A full disk: hold this chunk, stop reading this pipe (the job blocks on its writes, so
     // nothing is lost), and offer it to the log again later.
@@ -379,7 +391,13 @@ void Job::cancel() {
   kill_tree("cancel");
 }
 
-void Job::kill_for_shutdown() { cancel(); }
+void Job::kill_for_shutdown() {
+  // The runner is stopping: output the log cannot take (a full disk) is dropped, so the job's
+  // pipes drain and it can end.
+  shutting_down_ = true;
+  if (stdout_ && stderr_) retry_pending_output();
+  cancel();
+}
 
 void Job::kill_tree(const char* why) {
   if (state_ != State::kRunning) return;
@@ -403,7 +421,20 @@ void Job::check_empty() {
   if (cgroup_empty_) return;
   auto populated = cgroup_->populated();
   if (!populated) {
-    log_job(id_, "cannot read the cgroup's state: {}", populated.error().message);
+    const auto dirs = cgroup_->directories();
+    if (std::none_of(dirs.begin(), dirs.end(), [](const std::string& d) { return access(d.c_str(), F_OK) == 0; })) {
+      // Removed under us (only an empty cgroup can be): nothing of the job is left in it.
+      log_job(id_, "the job's cgroup is gone (something else removed it); its processes are gone with it");
+      populated = false;
+    } else if (++unreadable_polls_ >= kUnreadableCgroupPolls) {
+      log_job(id_, "cannot read the cgroup's state for {} ms ({}); the job ends, its cgroup is removed in the background",
+              kUnreadableCgroupPolls * kEmptyPollMs, populated.error().message);
+      runner_.retire_cgroup(dirs, "job " + id_);
+      populated = false;
+    } else if (unreadable_polls_ == 1) {
+      log_job(id_, "cannot read the cgroup's state: {} (retried for {} ms)", populated.error().message,
+              kUnreadableCgroupPolls * kEmptyPollMs);
+    }
   }
   // Test build only ("cgroup-kill"): what the command left gets 500 ms to go, then the job ends
   // without it (and without the output pipes it may still hold).
@@ -520,7 +551,6 @@ void Job::finish() {
   cgroup_.reset();
   t.seq = log_->last_seq() + 1;
   terminal_json_ = protocol::encode_terminal(t);
-  append_record(terminal_json_);
 
   deadline_.close();
   empty_poll_.close();
@@ -529,11 +559,7 @@ void Job::finish() {
   // The pipes are closed; their read buffers need not outlive the job.
   stdout_.reset();
   stderr_.reset();
-  state_ = State::kFinished;
-  finished_at_ms_ = now_ms();
-  log_job(id_, "finished: {}", terminal_json_);
-  pump_all();
-  runner_.job_finished(*this);
+  conclude("finished");
 }
 
 void Job::append_record(const std::string& json) {
@@ -544,6 +570,39 @@ void Job::append_record(const std::string& json) {
   pump_all();
 }
 
+void Job::append_terminal() {
+  auto seq = log_->append(JobLog::Kind::kRecord, terminal_json_);
+  if (seq) {
+    unlogged_terminal_.clear();
+    return;
+  }
+  if (unlogged_terminal_.empty()) {
+    log_job(id_, "cannot write the terminal record to the job log ({}); followers get it from memory, and writing "
+            "it is retried", seq.error().message);
+  }
+  // Followers get it from memory meanwhile (pump); the log gets it once there is room.
+  unlogged_terminal_ = terminal_json_;
+  if (!terminal_retry_.live()) {
+    uv_timer_init(runner_.loop(), terminal_retry_.get());
+    terminal_retry_.initialized(this);
+  }
+  uv_timer_start(terminal_retry_.get(), [](uv_timer_t* h) {
+    auto* job = reactor::owner_of<Job>(h);
+    if (!job || !job->log_) return;
+    job->append_terminal();
+    if (job->unlogged_terminal_.empty()) job->maybe_close_log();
+  }, kLogRetryMs, 0);
+}
+
+void Job::maybe_close_log() {
+  // A finished job holds no fd: its log is opened again (read-only) for a replay.
+  if (state_ == State::kFinished && followers_.empty() && unlogged_terminal_.empty()) log_.reset();
+}
+
+int64_t Job::last_seq() const {
+  return (log_ ? log_->last_seq() : 0) + (unlogged_terminal_.empty() ? 0 : 1);
+}
+
 void Job::expire_history() {
   if (state_ != State::kFinished || has_followers()) return;
   log_.reset();
@@ -552,9 +611,11 @@ void Job::expire_history() {
 
 Status Job::open_log_for_replay() {
   if (log_) return {};
-  auto log = JobLog::open(runner_.job_dir(id_), runner_.config().job_log_max_bytes);
+  auto log = JobLog::open(runner_.job_dir(id_), runner_.config().job_log_max_bytes, state_ != State::kFinished);
   if (!log) return log.error();
   log_.emplace(std::move(*log));
+  // A terminal record the log never got (a full disk, then a restart) is served from memory.
+  if (state_ == State::kFinished && !terminal_json_.empty() && !log_->last_terminal()) unlogged_terminal_ = terminal_json_;
   return {};
 }
 
@@ -569,7 +630,7 @@ void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
   }
   Follower f{&session, request_id, {}, std::nullopt};
   // A finished job always ends a follow with its terminal record, even past the end.
-  if (state_ == State::kFinished && from_seq > log_->last_seq()) from_seq = log_->last_seq();
+  if (state_ == State::kFinished && from_seq > last_seq()) from_seq = last_seq();
   auto cursor = log_->cursor_at(from_seq);
   if (!cursor) {
     session.send(protocol::encode_error(request_id, "internal", cursor.error().message));
@@ -584,6 +645,7 @@ void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
 
 void Job::unfollow(Session& session) {
   std::erase_if(followers_, [&](const Follower& f) { return f.session == &session; });
+  maybe_close_log();
 }
 
 void Job::session_drained(Session& session) {
@@ -628,6 +690,7 @@ void Job::drop_stalled_followers() {
                     "from_seq {} (nothing is lost)",
                     runner_.config().stalled_client_timeout_s, id_, resume)));
   }
+  if (!dropped.empty()) maybe_close_log();
 }
 
 void Job::pump(Follower& f) {
@@ -642,7 +705,14 @@ void Job::pump(Follower& f) {
       done = true;
       break;
     }
-    if (!*entry) break;
+    if (!*entry) {
+      // Past the log's end: a terminal record it could not take yet comes from memory.
+      if (!unlogged_terminal_.empty() && f.cursor.next_seq == log_->last_seq() + 1) {
+        session.send(protocol::with_request_id(request_id, unlogged_terminal_));
+        ++f.cursor.next_seq;
+      }
+      break;
+    }
     const auto& e = **entry;
     std::optional<int64_t> truncated = e.truncated_before_seq ? e.truncated_before_seq : f.truncated_before_seq;
     f.truncated_before_seq.reset();
@@ -657,13 +727,14 @@ void Job::pump(Follower& f) {
   }
   // Once the job is finished and this follower has had its last record (the terminal one), the
   // follow is over, however that record reached it.
-  if (state_ == State::kFinished && f.cursor.next_seq > log_->last_seq()) done = true;
-  if (!done && !session.has_room() && f.cursor.next_seq <= log_->last_seq() && f.stalled_since_ms == 0) {
+  if (state_ == State::kFinished && f.cursor.next_seq > last_seq()) done = true;
+  if (!done && !session.has_room() && f.cursor.next_seq <= last_seq() && f.stalled_since_ms == 0) {
     f.stalled_since_ms = uv_now(runner_.loop());
   }
   if (done) {
     std::erase(session.followed_jobs(), id_);
     std::erase_if(followers_, [&](const Follower& g) { return g.session == &session && g.request_id == request_id; });
+    maybe_close_log();
   }
 }
 

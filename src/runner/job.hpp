@@ -147,6 +147,15 @@ class Job : private vm::VmJobSink {
   // The terminal record's fields every job that started has (outcome left to the caller).
   protocol::TerminalRecord started_terminal() const;
   void append_record(const std::string& json);
+  // The terminal record into the log; if it cannot be written yet (a full disk) it is kept in
+  // memory for followers and written again on a timer.
+  void append_terminal();
+  void maybe_close_log();
+  // The end of the job, however it ended (terminal_json_ is set): finished, the terminal
+  // record logged (or kept for followers), the runner told.
+  void conclude(const char* how);
+  // The last seq a follower can get: the log's, or one more for a terminal it lacks.
+  int64_t last_seq() const;
   void pump(Follower& f);
   void pump_all();
   void retry_pending_output();
@@ -182,7 +191,10 @@ class Job : private vm::VmJobSink {
   std::optional<std::string> killed_;  // "deadline" | "cancel"
   bool cancelled_ = false;
   bool kill_issued_ = false;
-  int leftover_polls_ = 0;  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
+  int leftover_polls_ = 0;
+  int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
+  bool shutting_down_ = false;
+  std::string unlogged_terminal_;  // the terminal record while the log cannot take it  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   std::string terminal_json_;
   // The workspace report, asked for once the processes are gone and before the terminal record.
   bool report_requested_ = false, report_ready_ = false;
@@ -195,6 +207,7 @@ class Job : private vm::VmJobSink {
   reactor::UvHandle<uv_timer_t> deadline_;
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
   reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
+  reactor::UvHandle<uv_timer_t> terminal_retry_;  // the terminal record's, after the job finished
   std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
   reactor::UvHandle<uv_poll_t> oom_poll_;
   reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen

@@ -59,7 +59,7 @@ Expected<JobLog> JobLog::create(const std::string& dir, int64_t max_bytes) {
   return log;
 }
 
-Expected<JobLog> JobLog::open(const std::string& dir, int64_t max_bytes) {
+Expected<JobLog> JobLog::open(const std::string& dir, int64_t max_bytes, bool writable) {
   JobLog log(dir, max_bytes);
   std::vector<uint64_t> ids;
   if (DIR* d = opendir(dir.c_str())) {
@@ -91,7 +91,7 @@ Expected<JobLog> JobLog::open(const std::string& dir, int64_t max_bytes) {
   }
   for (uint64_t id : ids) {
     const std::string path = log.segment_path(id);
-    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_APPEND);
+    int fd = ::open(path.c_str(), (writable ? O_RDWR | O_APPEND : O_RDONLY) | O_CLOEXEC);
     if (fd < 0) return sys_error("opening " + path);
     Segment seg;
     seg.id = id;
@@ -109,7 +109,7 @@ Expected<JobLog> JobLog::open(const std::string& dir, int64_t max_bytes) {
       off += kHeader + len;
       ++first_seq;
     }
-    if (off != static_cast<uint64_t>(st.st_size) && ftruncate(fd, static_cast<off_t>(off)) < 0) {
+    if (writable && off != static_cast<uint64_t>(st.st_size) && ftruncate(fd, static_cast<off_t>(off)) < 0) {
       return sys_error("truncating the torn tail of " + path);
     }
     seg.size = off;
@@ -155,6 +155,18 @@ Expected<int64_t> JobLog::append(Kind kind, std::string_view payload) {
   }
   cur->size += static_cast<uint64_t>(want);
   return next_seq_++;
+}
+
+std::optional<std::string> JobLog::last_terminal() const {
+  if (last_seq() < 1) return std::nullopt;
+  auto cursor = cursor_at(last_seq());
+  std::string scratch;
+  if (!cursor) return std::nullopt;
+  auto last = read(*cursor, scratch);
+  if (!last || !*last || (*last)->kind != Kind::kRecord || !(*last)->payload.starts_with("{\"type\":\"terminal\"")) {
+    return std::nullopt;
+  }
+  return std::string((*last)->payload);
 }
 
 Expected<JobLog::Cursor> JobLog::cursor_at(int64_t seq) const {

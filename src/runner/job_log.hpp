@@ -36,8 +36,9 @@ class JobLog {
 
   // Creates `dir` (mode 0700) and an empty log in it.
   static Expected<JobLog> create(const std::string& dir, int64_t max_bytes);
-  // Opens an existing log after a restart (rebuilds seq numbers by scanning headers).
-  static Expected<JobLog> open(const std::string& dir, int64_t max_bytes);
+  // Opens an existing log after a restart (rebuilds seq numbers by scanning headers; a torn
+  // tail is cut off). Not `writable`: read-only, for a replay of a finished job (nothing cut).
+  static Expected<JobLog> open(const std::string& dir, int64_t max_bytes, bool writable = true);
 
   JobLog(JobLog&&) = default;
   JobLog& operator=(JobLog&&) = default;
@@ -54,6 +55,8 @@ class JobLog {
   Expected<std::optional<Entry>> read(Cursor& cursor, std::string& scratch) const;
 
   const std::string& dir() const { return dir_; }
+  // The last record, if it is a terminal record.
+  std::optional<std::string> last_terminal() const;
 
  private:
   struct Segment {

@@ -138,14 +138,9 @@ void Job::vm_finished(const vm::VmOutcome& o) {
   else log_job(id_, "workspace_changes: not computed ({})", o.changes_note.empty() ? "the command did not finish" : o.changes_note);
   t.seq = log_->last_seq() + 1;
   terminal_json_ = protocol::encode_terminal(t);
-  append_record(terminal_json_);
   deadline_.close();
-  state_ = State::kFinished;
-  finished_at_ms_ = wall_now_ms();
-  log_job(id_, "finished: {}", terminal_json_);
-  pump_all();
   // vm_ is not destroyed inside its own callback: it goes with the job.
-  runner_.job_finished(*this);
+  conclude("finished");
 }
 
 }  // namespace motor::runner

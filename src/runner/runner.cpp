@@ -26,6 +26,7 @@
 #include "runner/env_filter.hpp"
 #include "runner/job_id.hpp"
 #include "runner/log.hpp"
+#include "runner/runner_lock.hpp"
 #include "runner/session.hpp"
 #include "runner/sha256.hpp"
 #include "runner/state_store.hpp"
@@ -175,6 +176,11 @@ Status Runner::start() {
   }
 
   if (auto s = make_dir(config_.state_dir, 0711); !s) return s;
+  // Before anything of the directory is read or changed: a second runner stops here.
+  auto state_lock = lock_state_dir(config_.state_dir);
+  if (!state_lock) return state_lock.error();
+  state_dir_lock_ = std::move(*state_lock);
+  remove_interrupted_saves(config_.state_dir);
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
 
   auto pref = sandbox::CgroupPreference::kAuto;
@@ -183,6 +189,10 @@ Status Runner::start() {
   auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
   if (!cgroups) return cgroups.error();
   cgroups_ = std::move(*cgroups);
+  // Recovery kills and removes every job cgroup under the parent: never another runner's.
+  auto cgroup_lock = lock_cgroup_parent("/sys/fs/cgroup", config_.cgroup_parent);
+  if (!cgroup_lock) return cgroup_lock.error();
+  cgroup_parent_lock_ = std::move(*cgroup_lock);
   log_info("cgroups: {} layout, parent \"{}\"", cgroups_->layout(), config_.cgroup_parent);
 
   // Job memory caps are reserved against the host's memory less the operator's reserve.
@@ -266,11 +276,15 @@ Status Runner::recover() {
       continue;
     }
     if (pj.state == "queued") {
-      // state.json is written asynchronously: a job may have started (and logged `started`)
-      // after its last save said "queued". Then it is accounted for like a running one.
-      if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes); log && log->last_seq() > 0) {
+      // state.json is written asynchronously: a job may have started after its last save said
+      // "queued". If its cgroup exists (made just before the spawn) or its log has records, it
+      // may have run: it is accounted for like a running one, never as "not started".
+      const std::string cgroup = "job-" + pj.job_id;
+      const bool has_cgroup = static_cast<bool>(cgroups_->open(cgroup));
+      auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes);
+      if (has_cgroup || (log && log->last_seq() > 0)) {
         pj.state = "running";
-        pj.cgroup = "job-" + pj.job_id;
+        pj.cgroup = cgroup;
       }
     }
     if (pj.state == "queued") {
@@ -308,13 +322,7 @@ Status Runner::recover() {
     std::string terminal;
     if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
       // The job may have ended and had its terminal record logged just before the crash.
-      std::string scratch;
-      if (auto cursor = log->cursor_at(log->last_seq()); cursor && log->last_seq() > 0) {
-        if (auto last = log->read(*cursor, scratch); last && *last && (*last)->kind == JobLog::Kind::kRecord &&
-                                                     (*last)->payload.starts_with("{\"type\":\"terminal\"")) {
-          terminal = std::string((*last)->payload);
-        }
-      }
+      if (auto logged = log->last_terminal()) terminal = std::move(*logged);
       if (terminal.empty()) {
         t.seq = log->last_seq() + 1;
         terminal = protocol::encode_terminal(t);
@@ -340,7 +348,7 @@ Status Runner::recover() {
     }
   }
   evict_finished();
-  save_state();
+  (void)save_state();
   return {};
 }
 
@@ -488,6 +496,23 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
   session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
 }
 
+void Runner::refuse_unrecorded(const std::string& job_id, Session* session, int64_t request_id, const Error& e) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  queue_.remove(job_id);
+  pending_.erase(job_id);
+  protocol::Outcome o;
+  o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+  o.reason = "runner_disk_full";
+  metrics_.refused(o.reason);
+  log_warning("job {}: refused, it could not be recorded: {}", job_id, e.message);
+  job.finish_unstarted(o, "the runner could not record the job: " + e.message, kRetryWhenDiskFullMs);
+  if (session && sessions_.count(session) && !job.terminal_json().empty()) {
+    session->send(protocol::with_request_id(request_id, job.terminal_json()));
+  }
+}
+
 void Runner::refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                         std::optional<int64_t> retry_after_ms) {
   metrics_.refused(reason);
@@ -559,11 +584,23 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
   }
+  if (p.untrusted) {  // (ext) only workspaces whose change passed the screen (docs/change-screen.md)
+    std::vector<std::string> keys = p.siblings;
+    keys.insert(keys.begin(), p.workspace_key);
+    for (const auto& key : keys) {
+      if (auto why = workspaces_->unscreened_reason(session.caller(), key); !why.empty()) {
+        return refuse_job(session, r.id, "screen_refused", fmt::format("workspace \"{}\": {}", key, why));
+      }
+    }
+  }
   if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
     return refuse_job(session, r.id, "runner_disk_full",
                       fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
                                   config_.disk_free_floor_bytes >> 20),
                       kRetryWhenDiskFullMs);
+  }
+  if (auto room = state_room(); !room) {
+    return refuse_job(session, r.id, "runner_disk_full", room.error().message, kRetryWhenDiskFullMs);
   }
   if (queue_.full()) {
     return refuse_job(session, r.id, "runner_full",
@@ -616,15 +653,26 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
   explicit_bzero(secret.data(), secret.size());
   pending_[*id] = PendingStart{std::move(*params), std::move(*rel), timeout_s, memory, cpus};  // `p` is gone now
-  // `accepted` promises the job is on record: it goes out once state.json says so.
+  // `accepted` promises the job is on record: it goes out once state.json says so, and the job
+  // starts no earlier. If that save fails (a full disk), the job is refused instead.
   Session* s = &session;
-  request_save([this, s, request_id = r.id, accepted = std::move(accepted), job_id = *id]() mutable {
-    if (sessions_.count(s)) {
-      s->send(protocol::with_request_id(request_id, accepted), Session::kSensitive);
-      if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
-    }  // else the client left; the job runs on, attachable later
-    explicit_bzero(accepted.data(), accepted.size());
-  });
+  awaiting_record_.insert(*id);
+  auto accepted_shared = std::make_shared<std::string>(std::move(accepted));
+  request_save(
+      [this, s, request_id = r.id, accepted = accepted_shared, job_id = *id] {
+        awaiting_record_.erase(job_id);
+        if (sessions_.count(s)) {
+          s->send(protocol::with_request_id(request_id, *accepted), Session::kSensitive);
+          if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
+        }  // else the client left; the job runs on, attachable later
+        explicit_bzero(accepted->data(), accepted->size());
+        schedule_admission();
+      },
+      [this, s, request_id = r.id, accepted = accepted_shared, job_id = *id](const Error& e) {
+        awaiting_record_.erase(job_id);
+        explicit_bzero(accepted->data(), accepted->size());
+        refuse_unrecorded(job_id, s, request_id, e);
+      });
   schedule_admission();
   update_status();
 }
@@ -640,6 +688,26 @@ int64_t Runner::free_disk_bytes() const {
     path.resize(slash);
   }
   return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+}
+
+Status Runner::state_room() const {
+  if (state_writer_.failing()) {
+    return make_error("runner_disk_full", "the runner cannot save its state (see its log); new jobs are refused until it can");
+  }
+  struct statvfs state_fs {}, ws_fs {};
+  if (statvfs(config_.state_dir.c_str(), &state_fs) != 0) return {};
+  const int64_t free_bytes = static_cast<int64_t>(state_fs.f_bavail) * static_cast<int64_t>(state_fs.f_frsize);
+  // A save writes the whole state beside the old one before the rename; the job's log and its
+  // records need a little more.
+  int64_t needed = 2 * static_cast<int64_t>(last_state_bytes_) + kStateSaveHeadroomBytes;
+  // On the workspaces' filesystem the operator's floor is kept free besides.
+  std::string ws = config_.effective_workspace_root();
+  while (statvfs(ws.c_str(), &ws_fs) != 0 && ws.rfind('/') != std::string::npos && ws.rfind('/') > 0) ws.resize(ws.rfind('/'));
+  if (ws_fs.f_fsid == state_fs.f_fsid) needed += config_.disk_free_floor_bytes;
+  if (free_bytes >= needed) return {};
+  return make_error("runner_disk_full", fmt::format("{} KiB free on the state directory's filesystem, below the {} KiB "
+                                                    "that recording a job needs",
+                                                    free_bytes >> 10, needed >> 10));
 }
 
 int64_t Runner::memory_reserved() const {
@@ -705,6 +773,11 @@ void Runner::start_next() {
   });
   if (!head || shutting_down_ || !fits(*head)) {
     uv_idle_stop(starter_.get());  // admission runs again when a job finishes or a workspace is idle
+    return;
+  }
+  // The job's queued record must be durable before it runs (recovery then knows it was accepted).
+  if (awaiting_record_.count(head->job_id)) {
+    uv_idle_stop(starter_.get());  // admission runs again when the job is recorded
     return;
   }
   const QueueEntry entry = *queue_.take(head->job_id);
@@ -973,18 +1046,25 @@ PersistedState Runner::state_snapshot() {
   return st;
 }
 
-void Runner::save_state() {
+Status Runner::save_state() {
   reactor::SlowCall timed("saving state.json");
-  if (auto s = runner::save_state(config_.state_dir, state_snapshot()); !s) log_error("saving state: {}", s.error().message);
+  std::string text = encode_state(state_snapshot());
+  last_state_bytes_ = text.size();
+  auto s = write_state_file(config_.state_dir, text);
+  if (!s) log_error("saving state: {}", s.error().message);
+  return s;
 }
 
-void Runner::request_save(std::function<void()> then) {
-  if (then) after_save_.push_back(std::move(then));
+void Runner::request_save(std::function<void()> then, std::function<void(const Error&)> failed) {
+  if (then || failed) after_save_.push_back(StateWriter::Waiter{std::move(then), std::move(failed)});
   if (!saver_.live()) {  // before the loop runs (start-up): save now
-    save_state();
-    auto callbacks = std::move(after_save_);
+    auto s = save_state();
+    auto waiters = std::move(after_save_);
     after_save_.clear();
-    for (auto& cb : callbacks) cb();
+    for (auto& w : waiters) {
+      if (s && w.durable) w.durable();
+      if (!s && w.failed) w.failed(s.error());
+    }
     return;
   }
   if (save_pending_) return;
@@ -994,16 +1074,14 @@ void Runner::request_save(std::function<void()> then) {
     if (!self) return;
     uv_check_stop(h);
     self->save_pending_ = false;
-    auto callbacks = std::move(self->after_save_);
+    auto waiters = std::move(self->after_save_);
     self->after_save_.clear();
-    if (self->state_writer_.running()) {
-      // Encoding stays on the loop (microseconds); the write and its fsyncs do not.
-      reactor::SlowCall timed("encoding state.json");
-      self->state_writer_.write(encode_state(self->state_snapshot()), std::move(callbacks));
-      return;
-    }
-    self->save_state();
-    for (auto& cb : callbacks) cb();
+    // Encoding stays on the loop (microseconds); the write and its fsyncs do not (without its
+    // helper process the writer makes them here).
+    reactor::SlowCall timed("encoding state.json");
+    std::string text = encode_state(self->state_snapshot());
+    self->last_state_bytes_ = text.size();
+    self->state_writer_.write(std::move(text), std::move(waiters));
   });
 }
 
@@ -1095,16 +1173,26 @@ void Runner::handle_drain(Session& session, const protocol::Request& r, bool dra
     draining_ = drain;
     log_info("{} by {}", drain ? "draining: new jobs are refused until resumed" : "resumed: taking new jobs",
              session.caller());
-    request_save();
     update_status();
     if (!drain) schedule_admission();
   }
-  if (drain && wait && (running_jobs() > 0 || !queue_.empty())) {
-    drain_waiters_.emplace_back(&session, r.id);  // answered once idle
-    return;
-  }
-  session.send(protocol::encode_result(
-      r.id, fmt::format(R"({{"draining":{},"running_jobs":{},"queue_depth":{}}})", draining_, running_jobs(), queue_.size())));
+  // The reply promises the flag survives a restart: it goes out once state.json has it.
+  Session* s = &session;
+  request_save(
+      [this, s, drain, wait, request_id = r.id] {
+        if (!sessions_.count(s)) return;
+        if (drain && wait && (running_jobs() > 0 || !queue_.empty())) {
+          drain_waiters_.emplace_back(s, request_id);  // answered once idle
+          return;
+        }
+        s->send(protocol::encode_result(request_id, fmt::format(R"({{"draining":{},"running_jobs":{},"queue_depth":{}}})",
+                                                                draining_, running_jobs(), queue_.size())));
+      },
+      [this, s, request_id = r.id](const Error& e) {
+        if (!sessions_.count(s)) return;
+        s->send(protocol::encode_error(request_id, "runner_disk_full",
+                                       "the flag is set but could not be saved yet (it is retried): " + e.message));
+      });
 }
 
 void Runner::answer_drain_waiters() {
@@ -1158,7 +1246,7 @@ void Runner::begin_shutdown(int signum) {
 void Runner::maybe_exit() {
   if (running_jobs() > 0) return;
   state_writer_.stop();  // its last write lands first; then the final state, here
-  save_state();
+  (void)save_state();
   // Let clients receive their terminal records, then stop.
   for (Session* s : std::vector<Session*>(sessions_.begin(), sessions_.end())) s->close_after_flush();
   uv_timer_stop(shutdown_timer_.get());

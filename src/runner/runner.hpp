@@ -13,6 +13,7 @@
 #include <string>
 
 #include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/stall_meter.hpp"
 #include "reactor/uv_handle.hpp"
@@ -40,6 +41,9 @@ class Session;
 inline constexpr int64_t kRetryWhenFullMs = 5000;
 inline constexpr int64_t kRetryWhenDrainingMs = 30000;
 inline constexpr int64_t kRetryWhenDiskFullMs = 60000;
+// What recording one more job may take on the state directory's filesystem besides a save of
+// state.json (its log directory, its first records, its terminal record).
+inline constexpr int64_t kStateSaveHeadroomBytes = 1 << 20;
 
 class Runner {
  public:
@@ -63,8 +67,9 @@ class Runner {
 
   // From jobs. State changes are saved once per loop iteration, however many jobs changed in
   // it: a save (write, fsync, rename, fsync) costs milliseconds, and 20 jobs starting at once
-  // must not pay it 20 times. `then` runs once the change is durable.
-  void request_save(std::function<void()> then = nullptr);
+  // must not pay it 20 times. `then` runs once the change is durable; with `failed`, that runs
+  // instead if the write that would have recorded it fails (it is retried on a timer anyway).
+  void request_save(std::function<void()> then = nullptr, std::function<void(const Error&)> failed = nullptr);
   void job_finished(Job& job);
   // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
   void job_start_failed(Job& job, const std::string& detail);
@@ -103,6 +108,8 @@ class Runner {
   void answer_drain_waiters();
   void write_metrics();
   std::vector<std::pair<Session*, int64_t>> drain_waiters_;
+  // A job whose first save failed: it ends as refused (runner_disk_full), and `session` hears it.
+  void refuse_unrecorded(const std::string& job_id, Session* session, int64_t request_id, const Error& e);
   void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
@@ -112,8 +119,15 @@ class Runner {
   void evict_finished();
   void update_status();
   size_t running_jobs() const;
-  void save_state();
+  Status save_state();
   PersistedState state_snapshot();
+  // Room for what recording a new job takes on the state directory's filesystem (its log and
+  // a save of state.json beside the old one); an error says why not.
+  Status state_room() const;
+  size_t last_state_bytes_ = 0;
+  // Jobs whose `accepted` waits for their first save: none starts before it is on record.
+  std::set<std::string> awaiting_record_;
+  UniqueFd state_dir_lock_, cgroup_parent_lock_;  // runner_lock.hpp
 
   uv_loop_t* loop_;
   Config config_;
@@ -148,7 +162,7 @@ class Runner {
   reactor::UvHandle<uv_timer_t> metrics_timer_;
   reactor::UvHandle<uv_timer_t> history_timer_;
   void expire_histories();
-  std::vector<std::function<void()>> after_save_;
+  std::vector<StateWriter::Waiter> after_save_;
   StateWriter state_writer_;
   JobStarter job_starter_;
   std::unique_ptr<workspace::Workspaces> workspaces_;

@@ -1,5 +1,6 @@
 #include "runner/state_store.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,7 +78,22 @@ Expected<PersistedState> decode_state(std::string_view json) {
 }
 
 Status save_state(const std::string& state_dir, const PersistedState& state) {
-  return write_file_atomically(state_dir + "/state.json", encode_state(state), 0600);
+  return write_state_file(state_dir, encode_state(state));
+}
+
+Status write_state_file(const std::string& state_dir, std::string_view text) {
+  return write_file_atomically(state_dir + "/state.json", text, 0600);
+}
+
+void remove_interrupted_saves(const std::string& state_dir) {
+  DIR* d = opendir(state_dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    // write_file_atomically's temp names: "." + "state.json" + "." + six mkostemp characters.
+    const std::string_view name(e->d_name);
+    if (name.size() == 18 && name.starts_with(".state.json.")) unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
 }
 
 Expected<PersistedState> load_state(const std::string& state_dir) {

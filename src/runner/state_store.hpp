@@ -37,6 +37,11 @@ std::string encode_state(const PersistedState& state);
 Expected<PersistedState> decode_state(std::string_view json);
 
 Status save_state(const std::string& state_dir, const PersistedState& state);
+// Replaces state.json with `text` (encode_state's), atomically and durably.
+Status write_state_file(const std::string& state_dir, std::string_view text);
+// Removes temp files of saves a crash interrupted (.state.json.XXXXXX beside state.json). Only
+// while the state directory is locked: a live runner's writer may be making one.
+void remove_interrupted_saves(const std::string& state_dir);
 // A missing state.json is an empty state; a corrupt one is an error naming the file.
 Expected<PersistedState> load_state(const std::string& state_dir);
 

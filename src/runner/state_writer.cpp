@@ -1,76 +1,120 @@
 #include "runner/state_writer.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
-#include "runner/atomic_file.hpp"
+#include "runner/state_store.hpp"
 #include "runner/helper_process.hpp"
 #include "runner/log.hpp"
 
 namespace motor::runner {
 namespace {
 
+// How long after a failed write (a full disk) the newest state is written again.
+constexpr uint64_t kRetryMs = 1000;
+// A helper that dies again this soon after it was started is not started a third time: the
+// writes are then made on the loop.
+constexpr uint64_t kRestartWindowMs = 1000;
 
-// The helper: read a length-prefixed state, write it atomically, answer one byte (0 = durable).
-[[noreturn]] void helper_main(int fd, const std::string& state_dir) {  for (;;) {
+// The helper: read a length-prefixed state, write it atomically, answer a 2-byte big-endian
+// length and that many bytes: nothing = durable, else why it is not.
+[[noreturn]] void helper_main(int fd, const std::string& state_dir) {
+  for (;;) {
     unsigned char h[4];
     if (!read_exact(fd, reinterpret_cast<char*>(h), 4)) _exit(0);
     const size_t len = (size_t{h[0]} << 24) | (size_t{h[1]} << 16) | (size_t{h[2]} << 8) | h[3];
     std::string text(len, '\0');
     if (!read_exact(fd, text.data(), len)) _exit(0);
-    auto s = write_file_atomically(state_dir + "/state.json", text, 0600);
-    if (!s) log_error("saving state: {}", s.error().message);
-    const char ack = s ? 0 : 1;
-    if (::write(fd, &ack, 1) != 1) _exit(0);
+    auto s = write_state_file(state_dir, text);
+    std::string why = s ? std::string() : s.error().message.substr(0, 1000);
+    if (!s) log_error("saving state: {}", why);
+    const char answer_len[2] = {static_cast<char>(why.size() >> 8), static_cast<char>(why.size() & 0xff)};
+    if (!write_all(fd, answer_len, 2) || !write_all(fd, why.data(), why.size())) _exit(0);
   }
 }
 
 }  // namespace
 
-StateWriter::~StateWriter() { stop(); }
+StateWriter::~StateWriter() {
+  stop();
+  retry_timer_.close();
+}
 
 Status StateWriter::start(uv_loop_t* loop, std::string state_dir) {
   loop_ = loop;
-  auto helper = fork_helper_process("motor-state", [&state_dir](int fd) { helper_main(fd, state_dir); });
+  state_dir_ = std::move(state_dir);
+  uv_timer_init(loop_, retry_timer_.get());
+  retry_timer_.initialized(this);
+  return start_helper();
+}
+
+Status StateWriter::start_helper() {
+  const std::string& dir = state_dir_;
+  auto helper = fork_helper_process("motor-state", [&dir](int fd) { helper_main(fd, dir); });
   if (!helper) return helper.error();
   pid_ = helper->pid;
-  uv_pipe_init(loop, pipe_.get(), 0);
-  pipe_.initialized(this);
-  uv_pipe_open(pipe_.get(), helper->channel.release());
-  uv_read_start(
-      pipe_.stream(),
+  last_restart_ms_ = uv_now(loop_);
+  acks_.clear();
+  pipe_ = std::make_unique<reactor::UvHandle<uv_pipe_t>>();  // a closed handle cannot be reused
+  auto failed = [this](const char* what, int rc) -> Status {
+    end_helper();
+    return make_error("io", fmt::format("{} the state writer's pipe: {}", what, uv_strerror(rc)));
+  };
+  if (int rc = uv_pipe_init(loop_, pipe_->get(), 0); rc != 0) return failed("setting up", rc);
+  pipe_->initialized(this);
+  if (int rc = uv_pipe_open(pipe_->get(), helper->channel.get()); rc != 0) return failed("opening", rc);
+  (void)helper->channel.release();  // the pipe owns it now
+  const int rc = uv_read_start(
+      pipe_->stream(),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* self = static_cast<StateWriter*>(h->data);
-        *buf = uv_buf_init(self->ack_buf_, sizeof self->ack_buf_);
+        *buf = self ? uv_buf_init(self->ack_buf_, sizeof self->ack_buf_) : uv_buf_init(nullptr, 0);
       },
       [](uv_stream_t* h, ssize_t nread, const uv_buf_t* buf) {
         if (auto* self = static_cast<StateWriter*>(h->data)) self->on_ack(nread, buf);
       });
-  uv_unref(pipe_.handle());  // never keeps the loop alive by itself
+  if (rc != 0) return failed("reading", rc);
+  uv_unref(pipe_->handle());  // never keeps the loop alive by itself
   return {};
 }
 
-void StateWriter::write(std::string text, std::vector<Done> done) {
-  if (!in_flight_) {
-    in_flight_done_ = std::move(done);
+void StateWriter::end_helper() {
+  if (pipe_) pipe_->close();
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+void StateWriter::write(std::string text, std::vector<Waiter> waiters) {
+  if (!in_flight_ && !failing_) {
+    in_flight_waiters_ = std::move(waiters);
     send(std::move(text));
     return;
   }
   // Newer state supersedes what waited: one write covers every change so far.
   next_text_ = std::move(text);
-  for (auto& d : done) next_done_.push_back(std::move(d));
+  for (auto& w : waiters) next_waiters_.push_back(std::move(w));
 }
 
 void StateWriter::send(std::string text) {
   in_flight_ = true;
+  if (pid_ <= 0) {
+    // No helper (it could not be started): the write is made here, on the loop.
+    auto s = write_state_file(state_dir_, text);
+    if (!s) log_error("saving state: {}", s.error().message);
+    in_flight_text_ = std::move(text);
+    on_result(std::move(s));
+    return;
+  }
+  in_flight_text_ = text;
   auto* req = new std::pair<uv_write_t, std::string>();
   const auto n = static_cast<uint32_t>(text.size());
   req->second.reserve(text.size() + 4);
@@ -79,39 +123,92 @@ void StateWriter::send(std::string text) {
   req->second.push_back(static_cast<char>(n >> 8));
   req->second.push_back(static_cast<char>(n));
   req->second.append(text);
+  req->first.data = this;
   uv_buf_t b = uv_buf_init(req->second.data(), static_cast<unsigned>(req->second.size()));
-  if (uv_write(&req->first, pipe_.stream(), &b, 1, [](uv_write_t* w, int) {
-        delete reinterpret_cast<std::pair<uv_write_t, std::string>*>(w);
-      }) != 0) {
+  const int rc = uv_write(&req->first, pipe_->stream(), &b, 1, [](uv_write_t* w, int status) {
+    auto* pipe_data = w->handle->data;  // null once the pipe is being closed
+    delete reinterpret_cast<std::pair<uv_write_t, std::string>*>(w);
+    if (status < 0 && pipe_data) static_cast<StateWriter*>(pipe_data)->helper_lost(uv_strerror(status));
+  });
+  if (rc != 0) {
     delete req;
-    log_error("the state writer is gone; state.json is no longer saved");
+    helper_lost(uv_strerror(rc));
   }
 }
 
 void StateWriter::on_ack(ssize_t nread, const uv_buf_t*) {
-  if (nread < 0) {
-    log_error("the state writer stopped; state.json is no longer saved");
-    pipe_.close();
+  if (nread < 0) return helper_lost(nread == UV_EOF ? "it exited" : uv_strerror(static_cast<int>(nread)));
+  acks_.append(ack_buf_, static_cast<size_t>(nread));
+  while (acks_.size() >= 2) {
+    const size_t len = (size_t{static_cast<unsigned char>(acks_[0])} << 8) | static_cast<unsigned char>(acks_[1]);
+    if (acks_.size() < 2 + len) break;
+    std::string why = acks_.substr(2, len);
+    acks_.erase(0, 2 + len);
+    on_result(why.empty() ? Status{} : Status(make_error("io", why)));
+  }
+}
+
+void StateWriter::on_result(Status result) {
+  if (!in_flight_) return;
+  in_flight_ = false;
+  auto waiters = std::move(in_flight_waiters_);
+  in_flight_waiters_.clear();
+  if (result) {
+    failing_ = false;
+    in_flight_text_.clear();
+    send_next();
+    for (auto& w : waiters) {
+      if (w.durable) w.durable();
+    }
     return;
   }
-  for (ssize_t i = 0; i < nread; ++i) {
+  // Failed: the newest state is written again on the timer; what could not wait hears now.
+  failing_ = true;
+  if (!next_text_) next_text_ = std::move(in_flight_text_);
+  in_flight_text_.clear();
+  std::vector<Waiter> failed;
+  for (auto& w : waiters) (w.failed ? failed : next_waiters_).push_back(std::move(w));
+  if (retry_timer_.live()) uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
+    auto* self = reactor::owner_of<StateWriter>(h);
+    if (!self || self->in_flight_) return;
+    self->failing_ = false;
+    self->send_next();
+  }, kRetryMs, 0);
+  for (auto& w : failed) w.failed(result.error());
+}
+
+void StateWriter::send_next() {
+  if (in_flight_ || !next_text_) return;
+  in_flight_waiters_ = std::move(next_waiters_);
+  next_waiters_.clear();
+  std::string text = std::move(*next_text_);
+  next_text_.reset();
+  send(std::move(text));
+}
+
+void StateWriter::helper_lost(const std::string& why) {
+  if (pid_ <= 0) return;
+  log_error("the state writer (pid {}) is gone ({})", pid_, why);
+  end_helper();  // it closed its end (or died): make sure it is gone, and reap it
+  if (uv_now(loop_) - last_restart_ms_ < kRestartWindowMs) {
+    log_error("the state writer died within {} ms of its start; state.json is now saved on the loop", kRestartWindowMs);
+  } else if (auto s = start_helper(); !s) {
+    log_error("the state writer could not be started again ({}); state.json is now saved on the loop", s.error().message);
+  } else {
+    log_info("the state writer was started again (pid {})", pid_);
+  }
+  // The write it had in hand (its answer never came) is made again, by the new helper or here.
+  if (in_flight_) {
     in_flight_ = false;
-    auto done = std::move(in_flight_done_);
-    in_flight_done_.clear();
-    if (next_text_) {
-      in_flight_done_ = std::move(next_done_);
-      next_done_.clear();
-      std::string text = std::move(*next_text_);
-      next_text_.reset();
-      send(std::move(text));
-    }
-    for (auto& d : done) d();
+    send(std::move(in_flight_text_));
   }
 }
 
 void StateWriter::stop() {
+  // Writes after this one are made on the loop (the runner's last save at exit).
+  if (retry_timer_.live()) uv_timer_stop(retry_timer_.get());
   if (pid_ <= 0) return;
-  pipe_.close();  // the helper reads EOF once it has finished the write in hand
+  if (pipe_) pipe_->close();  // the helper reads EOF once it has finished the write in hand
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

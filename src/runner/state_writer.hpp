@@ -2,12 +2,18 @@
 // several milliseconds of disk flushes; DESIGN.md: what stalls the loop moves to a helper
 // process, not a thread). Saves are coalesced: while one is being written, later ones collapse
 // into the newest, and each caller is told once a write that includes its change is durable.
+//
+// A write that fails (a full disk) is retried on a timer with the newest state; a waiter that
+// gave a `failed` callback is told at once (the runner then refuses what it could not record),
+// one without waits for a write that succeeds. A helper that dies is started again and given
+// the write it had in hand; if it cannot be, the writes are made on the loop.
 #pragma once
 
 #include <sys/types.h>
 #include <uv.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +25,10 @@ namespace motor::runner {
 
 class StateWriter {
  public:
-  using Done = std::function<void()>;
+  struct Waiter {
+    std::function<void()> durable;
+    std::function<void(const Error&)> failed;  // null: wait for a retry that succeeds
+  };
   StateWriter() = default;
   ~StateWriter();
   StateWriter(const StateWriter&) = delete;
@@ -28,23 +37,38 @@ class StateWriter {
   // Forks the helper (call before any job exists: the child is a copy of the runner).
   Status start(uv_loop_t* loop, std::string state_dir);
   bool running() const { return pid_ > 0; }
-  // Queues `text` as the next state.json; `done` callbacks run once it (or a newer text) is on disk.
-  void write(std::string text, std::vector<Done> done);
+  pid_t pid() const { return pid_; }
+  // Queues `text` as the next state.json; each waiter hears once it (or a newer text) is on
+  // disk, or that the write failed.
+  void write(std::string text, std::vector<Waiter> waiters);
+  // A write failed and a retry is due: what is saved now may not be on disk.
+  bool failing() const { return failing_; }
   // Lets the helper finish what it is writing, then ends it (blocking; for shutdown).
   void stop();
 
  private:
+  Status start_helper();
   void send(std::string text);
   void on_ack(ssize_t nread, const uv_buf_t* buf);
+  void on_result(Status result);
+  void helper_lost(const std::string& why);
+  void end_helper();
+  void send_next();
 
   uv_loop_t* loop_ = nullptr;
+  std::string state_dir_;
   pid_t pid_ = -1;
-  reactor::UvHandle<uv_pipe_t> pipe_;
+  uint64_t last_restart_ms_ = 0;
+  std::unique_ptr<reactor::UvHandle<uv_pipe_t>> pipe_;  // a new one for each helper
+  reactor::UvHandle<uv_timer_t> retry_timer_;
   bool in_flight_ = false;
-  std::vector<Done> in_flight_done_;
+  bool failing_ = false;  // the last write failed; the next one waits for the retry timer
+  std::string in_flight_text_;  // kept to hand to a restarted helper
+  std::vector<Waiter> in_flight_waiters_;
   std::optional<std::string> next_text_;
-  std::vector<Done> next_done_;
+  std::vector<Waiter> next_waiters_;
   char ack_buf_[64];
+  std::string acks_;  // answers read so far (one may arrive in pieces)
 };
 
 }  // namespace motor::runner

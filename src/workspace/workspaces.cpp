@@ -18,6 +18,7 @@
 #include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 #include "reactor/slow_call.hpp"
+#include "workspace/change_screen.hpp"
 #include "workspace/child_process.hpp"
 #include "workspace/workspace_dir.hpp"
 
@@ -150,6 +151,7 @@ std::string refusal_json(const std::string& reason) {
 
 struct Workspaces::Transfer {
   std::string id, caller, key, repository_root, tree;
+  std::string screen_base;  // untrusted: the change is screened from this commit before the checkout
   const void* session = nullptr;
   int64_t request_id = 0;
   std::string path;  // the bundle as uploaded so far
@@ -245,6 +247,7 @@ Status Workspaces::start() {
           else if (k2 == "tree") r.tree.tree = v;
           else if (k2 == "bundle_bytes") r.tree.bundle_bytes = std::atoll(v.c_str());
           else if (k2 == "prepared_at_ms") r.tree.prepared_at_ms = std::atoll(v.c_str());
+          else if (k2 == "screened_base" && protocol::is_object_id(v)) r.tree.screened_base = v;
           else if (k2 == "git_present") r.git.present = v == "1";
           else if (k2 == "git_head" && !v.empty()) r.git.head = v;
           else if (k2 == "git_ref" && !v.empty()) r.git.ref = v;
@@ -311,6 +314,7 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
+    if (!r.tree.screened_base.empty()) out << "screened_base=" << r.tree.screened_base << "\n";
     // The .git a job left (git_state_changed of the next job compares with it), so a restart
     // does not forget it. Its values are single lines (the scan's output is split on '\n').
     out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
@@ -379,6 +383,15 @@ std::optional<PreparedTree> Workspaces::prepared(const std::string& caller, cons
   return it->second.tree;
 }
 
+std::string Workspaces::unscreened_reason(const std::string& caller, const std::string& key) const {
+  auto it = records_.find(id_key(caller, key));
+  if (it == records_.end()) return "the workspace was never prepared, so its change was not screened (prepare it with --untrusted)";
+  if (it->second.tree.screened_base.empty()) {
+    return "the workspace was not prepared as untrusted, so its change was not screened (prepare it with --untrusted)";
+  }
+  return "";
+}
+
 std::string Workspaces::final_reply(int64_t request_id, const std::string& transfer_id,
                                     const std::optional<Refusal>& refusal, const Record* prepared) const {
   protocol::JsonWriter w;
@@ -412,6 +425,9 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
     if (auto st = validate_workspace_key(sibling); !st) return refuse("workspace_key_rejected", st.error().message);
   }
   if (refusal) return reply(final_reply(request_id, "", refusal, nullptr));
+  if (p.untrusted && p.screen_base.empty()) {
+    return refuse("screen_refused", "an untrusted prepare names the commit its change is screened from (screen_base)");
+  }
   if (p.tree_hash.empty() || p.repository_root.empty() || p.repository_root[0] != '/') {
     return reply(protocol::encode_error(request_id, "bad_request",
                                         "workspace.prepare needs tree_hash and an absolute repository_root"));
@@ -420,7 +436,9 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
   const std::string mirror = mirror_path(caller, p.repository_root);
   // The tree is in the mirror already (the same tree as last time: only the job's changes are
   // undone): no bundle.
-  if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror) {
+  // An untrusted prepare takes this way only if the tree passed the screen from the same base.
+  if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror &&
+                                  (!p.untrusted || it->second.tree.screened_base == p.screen_base)) {
     if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
       return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
     }
@@ -436,6 +454,7 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
   t->key = p.workspace_key;
   t->repository_root = p.repository_root;
   t->tree = p.tree_hash;
+  if (p.untrusted) t->screen_base = p.screen_base;
   t->session = session;
   t->request_id = request_id;
   t->path = s_.state_dir + "/transfers/" + t->id + ".bundle";
@@ -595,7 +614,11 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
       next.tree.tree = shared->tree;
       next.tree.bundle_bytes = shared->received;
       next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
-      checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+      if (shared->screen_base.empty()) {
+        return checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+      }
+      screen_then_checkout(caller, shared->key, std::move(next), shared->screen_base,
+                           reply_when_checked(shared->request_id, shared->id, std::move(reply)));
     });
   });
 }
@@ -623,6 +646,23 @@ void Workspaces::ingest_pack(const std::string& mirror, bool create, std::shared
   spec.argv = {s_.git, "--git-dir=" + mirror, "index-pack", "--stdin", "--fix-thin", "--strict"};
   spec.stdin_fd = pack->get();
   run_child(loop_, std::move(spec), std::move(done));
+}
+
+void Workspaces::screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base,
+                                      Checked then) {
+  MirrorScreen spec{.git = s_.git, .env = git_env(), .uid = s_.mirror_uid, .gid = s_.mirror_gid, .mirror = next.mirror,
+                    .base = base, .change = next.tree.commit};
+  screen_in_mirror(loop_, std::move(spec), [this, alive = alive_, caller, key, base, next = std::move(next),
+                                            then = std::move(then)](Expected<screen::Result> r) mutable {
+    if (!*alive) return;
+    if (!r || r->verdict != screen::Verdict::kMayExecute) {
+      settle(id_key(caller, key));  // nothing of the change reached the workspace
+      return then(make_error("screen_refused", r ? screen::summary_line(*r, 1024) : "DO NOT EXECUTE: " + r.error().message),
+                  nullptr);
+    }
+    next.tree.screened_base = base;
+    checkout(caller, key, std::move(next), std::move(then));
+  });
 }
 
 void Workspaces::checkout(const std::string& caller, const std::string& key, Record next, Checked then) {
@@ -696,7 +736,7 @@ Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::stri
   return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
     if (!st) {
       const std::string& code = st.error().code;
-      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected";
+      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected" || code == "screen_refused";
       return reply(final_reply(request_id, transfer_id,
                                Refusal{known ? code : "workspace_setup_failed", st.error().message, std::nullopt}, nullptr));
     }

@@ -56,6 +56,7 @@ struct PreparedTree {
   int64_t bundle_bytes = 0;     // the last prepare's bundle (0: nothing had to be sent)
   int64_t prepared_at_ms = 0;
   int64_t fetch_ms = 0, checkout_ms = 0;  // (ext) the last prepare's two steps on the runner
+  std::string screened_base;    // the base commit the change screen passed this tree from ("": not screened)
 };
 
 class Workspaces {
@@ -112,6 +113,9 @@ class Workspaces {
   // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
   // disk from it): nullopt if the workspace was never prepared.
   std::optional<PreparedTree> prepared(const std::string& caller, const std::string& key) const;
+  // Why a job of an untrusted run may not use this workspace ("" when its contents passed the
+  // change screen: docs/change-screen.md).
+  std::string unscreened_reason(const std::string& caller, const std::string& key) const;
   // Lists the prepared tree's files (paths relative to the workspace, as git has them) from
   // the mirror, without reading the workspace a job may have changed. Async (git ls-tree).
   void list_prepared_files(const std::string& caller, const std::string& key,
@@ -144,6 +148,8 @@ class Workspaces {
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
   using Checked = std::function<void(Status, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
+  // Untrusted: screens the change from `base` in the mirror first; checks out only if it may execute.
+  void screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base, Checked then);
   Checked reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const;
   void settle(const std::string& id_key);
   std::string final_reply(int64_t request_id, const std::string& transfer_id, const std::optional<Refusal>& refusal,

@@ -39,7 +39,7 @@ const std::vector<std::string> kAttacks = {
     "user-namespace", "mount",          "tiocsti",        "hostname",               "sysv-ipc",       "write-proc-sys", "write-sys",
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
     "daemon",         "timeout",        "vsock",          "uevent-netlink",         "init-memory",    "pty-exhaust",
-    "proc-leaks",     "socket-buffers", "cwd-oracle"};
+    "proc-leaks",     "socket-buffers", "cwd-oracle",     "untrusted-unscreened-job", "untrusted-code-change"};
 // Skipped (host-level) unless the config enables outbound_network; runner_network_test.cpp runs
 // them against a test uplink.
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",

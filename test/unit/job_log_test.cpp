@@ -318,5 +318,31 @@ TEST_F(JobLogTest, OpenWithoutSegmentsIsAnError) {
   EXPECT_FALSE(missing.ok());
 }
 
+TEST_F(JobLogTest, LastTerminalIsTheLastRecordOnlyIfItIsATerminalRecord) {
+  auto log = create();
+  EXPECT_FALSE(log.last_terminal());
+  ASSERT_TRUE(log.append(JobLog::Kind::kRecord, R"({"type":"started","seq":1})").ok());
+  ASSERT_TRUE(log.append(JobLog::Kind::kStdout, R"({"type":"terminal"} as output)").ok());
+  EXPECT_FALSE(log.last_terminal());  // output bytes, not a record
+  const std::string terminal = R"({"type":"terminal","seq":3})";
+  ASSERT_TRUE(log.append(JobLog::Kind::kRecord, terminal).ok());
+  EXPECT_EQ(log.last_terminal().value_or(""), terminal);
+}
+
+TEST_F(JobLogTest, AReadOnlyOpenForReplayReadsEverythingAndChangesNothing) {
+  {
+    auto log = create();
+    for (int i = 1; i <= 3; ++i) ASSERT_TRUE(log.append(JobLog::Kind::kStdout, payload(i)).ok());
+  }
+  { std::ofstream(dir_ + "/log.0", std::ios::app) << "\x10\x00"; }  // a torn header
+  const auto size = fs::file_size(dir_ + "/log.0");
+  auto replay = JobLog::open(dir_, 0, false);
+  ASSERT_TRUE(replay.ok()) << replay.error().message;
+  EXPECT_EQ(replay->last_seq(), 3);
+  EXPECT_EQ(read_from(*replay, 1).size(), 3u);
+  EXPECT_EQ(fs::file_size(dir_ + "/log.0"), size);  // nothing cut: only a writable open repairs
+  EXPECT_FALSE(replay->append(JobLog::Kind::kStdout, payload(4)).ok());
+}
+
 }  // namespace
 }  // namespace motor::runner

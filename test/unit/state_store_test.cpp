@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,19 @@ TEST_F(StateStoreTest, SaveIsNotDisturbedByAStaleTemporaryFile) {
   size_t temps = 0;
   for (const auto& e : fs::directory_iterator(dir_)) temps += e.path().filename().string().rfind(".state.json.", 0) == 0;
   EXPECT_EQ(temps, 1u);  // only the stale one
+  EXPECT_TRUE(load_state(dir_).ok());
+}
+
+TEST_F(StateStoreTest, InterruptedSavesAreRemovedAndNothingElse) {
+  ASSERT_TRUE(save_state(dir_, sample()).ok());
+  for (const char* name : {".state.json.AAAAAA", ".state.json.x1Y2z3", ".state.json.short", "state.json.AAAAAA", "other"}) {
+    std::ofstream(dir_ + "/" + name) << "x";
+  }
+  remove_interrupted_saves(dir_);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".state.json.short", "other", "state.json", "state.json.AAAAAA"}));
   EXPECT_TRUE(load_state(dir_).ok());
 }
 
