@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 37> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 39> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -47,6 +47,8 @@ inline constexpr std::array<std::string_view, 37> kWeakenableControls = {
     "proc-masks",          // proc.cpp: /proc/cmdline, boot_id, key-users, config.gz not masked
     "socket-buffers",      // cgroup_v1.cpp: no memory.kmem.tcp.limit_in_bytes (socket buffers uncharged)
     "cwd-beneath",         // runner.cpp: --cwd checked with a plain stat() on the host, following symlinks
+    "scan-masks",          // workspaces.cpp: the scan's helper does not mask FIFO/device .gitignore files
+    "helper-cgroup",       // workspace_requests.cpp: workspace helpers run in no cgroup of their own
     "env-filter",          // env_filter.cpp: every requested variable forwarded
     "memory-limit",        // job.cpp: no memory limit on the job's cgroup
     "pids-limit",          // job.cpp: no pids limit on the job's cgroup

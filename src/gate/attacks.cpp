@@ -46,6 +46,9 @@ static_assert(kGatePtyTries > sandbox::kJobPtyMax);
 // bound means the job's limit did not hold them.
 constexpr long kSocketCeilingMiB = 256;
 constexpr long kSocketBoundMiB = 128;
+// How long a scan attack waits for the terminal record of a job that ends in seconds (the scan's
+// own deadline is 5 minutes).
+constexpr int kScanWaitMs = 45'000;
 
 // Helpers every python attack starts with. A result line is "label=value": value "OK ..." when
 // the operation succeeded, otherwise the errno name (EROFS, ENOENT, EPERM...).
@@ -814,61 +817,162 @@ git bundle create -q "/workspace/$0" refs/motor/synthetic
 echo "$base $(git rev-parse HEAD) $(git rev-parse 'HEAD^{tree}')"
 )sh";
 
+// A workspace of the gate's own, prepared from the bundle a job of the gate makes
+// (kScreenBundleScript): the transfer as the client does it, on a fresh session.
+struct GatePrepare {
+  std::string key, base, commit, tree;
+  std::string reason;  // "prepared", a refusal reason, or "" when the gate could not get that far
+  std::string detail;  // the prepare's refusal_detail (the screen's reasons), if any
+  std::string error;   // what stopped the gate itself (then the attack is inconclusive)
+};
+
+GatePrepare prepare_gate_workspace(AttackEnv& env, const std::string& key, bool untrusted) {
+  GatePrepare out;
+  out.key = key;
+  const std::string bundle_name = key + ".bundle";
+  JobRequest make;
+  make.workspace_key = env.workspace_key;
+  make.argv = {"/bin/sh", "-c", kScreenBundleScript, bundle_name};
+  make.timeout_s = 60;
+  auto made = run(env, make);
+  const std::string bundle_path = env.workspace + "/" + bundle_name;
+  const std::string bundle = read_host(bundle_path);
+  ::unlink(bundle_path.c_str());
+  std::istringstream ids(made.out);
+  ids >> out.base >> out.commit >> out.tree;
+  if (!made.exited(0) || bundle.empty() || !protocol::is_object_id(out.tree)) {
+    out.error = "the gate's job could not make the bundle: " + made.outcome_text() + " " + tail(made.err);
+    return out;
+  }
+  auto session = GateSession::connect_socket(env.socket_path);
+  if (!session) {
+    out.error = "cannot reach the runner: " + session.error().message;
+    return out;
+  }
+  auto& s = **session;
+  protocol::JsonWriter w;
+  w.begin_object().field("workspace_key", key).field("repository_root", "/gate/" + key).field("tree_hash", out.tree);
+  if (untrusted) w.field("untrusted", true).field("screen_base", out.base);
+  w.end_object();
+  auto first = s.call("workspace.prepare", w.str(), 60'000);
+  simdjson::dom::parser parser;
+  std::string_view transfer;
+  if (!first || parser.parse(*first)["transfer_id"].get_string().get(transfer)) {
+    out.error = "workspace.prepare: " + (first ? *first : first.error().message);
+    return out;
+  }
+  const std::string tid(transfer);
+  protocol::JsonWriter u;
+  u.begin_object().field("transfer_id", tid).field("offset", 0).key("data").base64(bundle).end_object();
+  auto uploaded = s.call("workspace.upload", u.str(), 60'000);
+  protocol::JsonWriter f;
+  f.begin_object().field("transfer_id", tid).field("commit", out.commit).field("bundle_bytes", bundle.size()).end_object();
+  auto finished = uploaded ? s.call("workspace.finish", f.str(), 120'000) : uploaded;
+  out.reason = "?";
+  std::string_view reason, detail;
+  if (finished && !parser.parse(*finished)["refusal_detail"].get_string().get(detail)) out.detail = std::string(detail);
+  if (finished && !parser.parse(*finished)["outcome"]["reason"].get_string().get(reason)) out.reason = std::string(reason);
+  else if (finished && finished->find("\"prepared\"") != std::string::npos) out.reason = "prepared";
+  return out;
+}
+
+void drop_gate_workspace(AttackEnv& env, const std::string& key) {
+  if (auto session = GateSession::connect_socket(env.socket_path)) {
+    (void)(*session)->call("workspace.drop", fmt::format(R"({{"workspace_key":"{}"}})", key), 60'000);
+  }
+}
+
 Attack screened_code_change() {
   Attack a;
   a.id = "untrusted-code-change";
   a.control = "change screen: an untrusted prepare of a code change is refused before the checkout";
   a.description = "prepare an untrusted workspace whose change adds build.rs, then run an untrusted job in it";
   a.run = [](AttackEnv& env) {
-    const std::string m = env.new_marker();
-    const std::string bundle_name = "gate-screen-" + m + ".bundle", key = "gate-screen-" + m;
-    JobRequest make;
-    make.workspace_key = env.workspace_key;
-    make.argv = {"/bin/sh", "-c", kScreenBundleScript, bundle_name};
-    make.timeout_s = 60;
-    auto made = run(env, make);
-    const std::string bundle_path = env.workspace + "/" + bundle_name;
-    const std::string bundle = read_host(bundle_path);
-    ::unlink(bundle_path.c_str());
-    std::istringstream ids(made.out);
-    std::string base, commit, tree;
-    ids >> base >> commit >> tree;
-    if (!made.exited(0) || bundle.empty() || !protocol::is_object_id(tree)) {
-      return inconclusive("the gate's job could not make the change's bundle: " + made.outcome_text() + " " + tail(made.err));
-    }
-    auto session = GateSession::connect_socket(env.socket_path);
-    if (!session) return inconclusive("cannot reach the runner: " + session.error().message);
-    auto& s = **session;
-    protocol::JsonWriter w;
-    w.begin_object().field("workspace_key", key).field("repository_root", "/gate/" + key).field("tree_hash", tree);
-    w.field("untrusted", true).field("screen_base", base).end_object();
-    auto first = s.call("workspace.prepare", w.str(), 60'000);
-    simdjson::dom::parser parser;
-    std::string_view transfer;
-    if (!first || parser.parse(*first)["transfer_id"].get_string().get(transfer)) {
-      return inconclusive("workspace.prepare: " + (first ? *first : first.error().message));
-    }
-    const std::string tid(transfer);
-    protocol::JsonWriter u;
-    u.begin_object().field("transfer_id", tid).field("offset", 0).key("data").base64(bundle).end_object();
-    auto uploaded = s.call("workspace.upload", u.str(), 60'000);
-    protocol::JsonWriter f;
-    f.begin_object().field("transfer_id", tid).field("commit", commit).field("bundle_bytes", bundle.size()).end_object();
-    auto finished = uploaded ? s.call("workspace.finish", f.str(), 120'000) : uploaded;
-    std::string prepare_reason = "?", prepare_detail;
-    std::string_view reason, detail;
-    if (finished && !parser.parse(*finished)["refusal_detail"].get_string().get(detail)) prepare_detail = std::string(detail);
-    if (finished && !parser.parse(*finished)["outcome"]["reason"].get_string().get(reason)) prepare_reason = std::string(reason);
-    else if (finished && finished->find("\"prepared\"") != std::string::npos) prepare_reason = "prepared";
+    const std::string key = "gate-screen-" + env.new_marker();
+    const GatePrepare prepared = prepare_gate_workspace(env, key, true);
+    if (!prepared.error.empty()) return inconclusive(prepared.error);
     // The untrusted job either way: it must not run.
     auto [r, ran] = untrusted_canary_job(env, key, env.workspace_root + "/root/" + key);
-    (void)s.call("workspace.drop", fmt::format(R"({{"workspace_key":"{}"}})", key), 60'000);
-    if (ran) return through(fmt::format("the prepare: {}; the job ran: {}", prepare_reason, r.outcome_text()));
-    if (prepare_reason != "screen_refused" || r.outcome.reason != "screen_refused") {
-      return inconclusive(fmt::format("the prepare: {}; the job: {}", prepare_reason, r.outcome_text()));
+    drop_gate_workspace(env, key);
+    if (ran) return through(fmt::format("the prepare: {}; the job ran: {}", prepared.reason, r.outcome_text()));
+    if (prepared.reason != "screen_refused" || r.outcome.reason != "screen_refused") {
+      return inconclusive(fmt::format("the prepare: {}; the job: {}", prepared.reason, r.outcome_text()));
     }
-    return stopped("the prepare and the job were refused (screen_refused): " + tail(prepare_detail, 200));
+    return stopped("the prepare and the job were refused (screen_refused): " + tail(prepared.detail, 200));
   };
+  return a;
+}
+
+// The runner's changed-path scan after a job, in a workspace the gate prepared (issue 15 items 1
+// and 2): `plant` runs as the job; `judge` reads its terminal record (or its absence).
+Attack scan_attack(std::string id, std::string control, std::string description, std::string plant, std::string memory,
+                   std::function<Verdict(const JobResult&)> judge) {
+  Attack a;
+  a.id = std::move(id);
+  a.control = std::move(control);
+  a.description = std::move(description);
+  a.run = [plant = std::move(plant), memory = std::move(memory), judge = std::move(judge)](AttackEnv& env) {
+    const std::string key = "gate-scan-" + env.new_marker();
+    const GatePrepare prepared = prepare_gate_workspace(env, key, false);
+    if (!prepared.error.empty()) return inconclusive(prepared.error);
+    if (prepared.reason != "prepared") return inconclusive("the gate's workspace was not prepared: " + prepared.reason);
+    JobRequest rq;
+    rq.workspace_key = key;
+    rq.argv = {"/bin/sh", "-c", plant};
+    rq.memory = memory;
+    rq.timeout_s = 60;
+    // The scan runs after the job and before its terminal record: a scan that blocks shows as a
+    // record that does not come (the job itself ends in seconds).
+    const JobResult r = env.run_job(rq, kScanWaitMs, {});
+    drop_gate_workspace(env, key);
+    // A scan that blocked keeps the workspace busy and the drop is refused: the gate removes it
+    // from the host itself (remove_all follows no symlink).
+    std::error_code ec;
+    fs::remove_all(env.workspace_root + "/root/" + key, ec);
+    return judge(r);
+  };
+  return a;
+}
+
+// The terminal record's workspace_changes, or "<none>" without a record.
+std::string workspace_changes(const JobResult& r) {
+  if (!r.have_terminal) return "<none>";
+  simdjson::dom::parser parser;
+  simdjson::dom::element changes;
+  if (parser.parse(r.terminal_json)["workspace_changes"].get(changes)) return "<missing>";
+  return simdjson::minify(changes);
+}
+
+Attack scan_fifo() {
+  return scan_attack(
+      "scan-fifo", "the scan's helper masks FIFO/device .gitignore files (git would block opening one)",
+      "leave a FIFO named .gitignore in an untracked folder for the runner's git status",
+      "mkdir -p /workspace/untracked && mkfifo /workspace/untracked/.gitignore && echo more >> /workspace/README.md", "",
+      [](const JobResult& r) {
+        if (!r.have_terminal) {
+          return through(fmt::format("no terminal record {} s after the job was sent: the scan blocked on the FIFO "
+                                     "(the workspace stays busy, its queue waits)", kScanWaitMs / 1000));
+        }
+        const std::string changes = workspace_changes(r);
+        if (changes != R"(["README.md"])") return inconclusive("the scan did not report the edit: workspace_changes " + changes);
+        return stopped("the scan finished and reported " + changes + " (" + r.outcome_text() + ")");
+      });
+}
+
+Attack scan_memory() {
+  Attack a = scan_attack(
+      "scan-memory", "the scan runs in a cgroup charged the job's memory limit",
+      "plant 160 MiB of ignore patterns for the scan's git from a job limited to 64M",
+      "mkdir -p /workspace/big && yes '/a-long-ignore-pattern-that-git-must-keep-in-memory-*.o' | head -c 160M > "
+      "/workspace/big/.gitignore",
+      "64M", [](const JobResult& r) {
+        if (!r.have_terminal) return inconclusive("no terminal record: " + r.error);
+        const std::string changes = workspace_changes(r);
+        if (changes == "null") return stopped("the scan was stopped at the job's limit: workspace_changes null");
+        return through("the scan loaded 160 MiB of patterns past the job's 64M: workspace_changes " + changes);
+      });
+  a.needs = "memory controller";
+  a.skip = [](const AttackEnv& env) { return need(env.facts.memory_controller, "memory cgroup controller"); };
   return a;
 }
 
@@ -1780,6 +1884,8 @@ P('the next ptmx open', err if err != 'none' else 'OK (all %d opened)' % LIMIT)
   out.push_back(ssh_auth_sock());
   out.push_back(memory_balloon());
   out.push_back(socket_buffers());
+  out.push_back(scan_fifo());
+  out.push_back(scan_memory());
   out.push_back(fork_bomb());
   out.push_back(cpuset());
   out.push_back(daemon());

@@ -14,6 +14,7 @@
 
 #include "motor/printable.hpp"
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
 #include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
@@ -857,7 +858,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
   spec.argv = sandbox_argv(it->second.tree.workspace_dir, meta_dir(caller, key), it->second.mirror, kScanScript);
   // git opens every .gitignore/.gitattributes it meets: one that is a FIFO (or a device) would
   // block it for good. The helper covers such files with an empty one in its own mount namespace.
-  spec.argv.insert(spec.argv.begin() + 1, "--mask-special-git-files");
+  if (!control_weakened("scan-masks")) spec.argv.insert(spec.argv.begin() + 1, "--mask-special-git-files");  // test build only
   spec.env = git_env();
   spec.timeout_ms = kScanTimeoutMs;
   run_helper(std::move(spec), memory_bytes, [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {

@@ -39,7 +39,8 @@ const std::vector<std::string> kAttacks = {
     "user-namespace", "mount",          "tiocsti",        "hostname",               "sysv-ipc",       "write-proc-sys", "write-sys",
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
     "daemon",         "timeout",        "vsock",          "uevent-netlink",         "init-memory",    "pty-exhaust",
-    "proc-leaks",     "socket-buffers", "cwd-oracle",     "untrusted-unscreened-job", "untrusted-code-change"};
+    "proc-leaks",     "socket-buffers", "cwd-oracle",     "untrusted-unscreened-job", "untrusted-code-change",
+    "scan-fifo",      "scan-memory"};
 // Skipped (host-level) unless the config enables outbound_network; runner_network_test.cpp runs
 // them against a test uplink.
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
@@ -310,6 +311,8 @@ const std::vector<WeakenedRow>& weakened_rows() {
       {{"proc-masks"}, {"proc-leaks"}, {"proc-host", "write-proc-sys"}},
       {{"socket-buffers"}, {"socket-buffers"}, {"memory-balloon"}},
       {{"cwd-beneath"}, {"cwd-oracle"}, {"fs-symlink"}},
+      {{"scan-masks"}, {"scan-fifo"}, {"scan-memory"}},
+      {{"helper-cgroup"}, {"scan-memory"}, {"scan-fifo"}},
       {{"env-filter"}, {"env-canaries", "ssh-auth-sock"}, {"read-shadow"}},
       {{"memory-limit"}, {"memory-balloon"}, {"cpuset"}},
       {{"pids-limit"}, {"fork-bomb"}, {"memory-balloon"}},
