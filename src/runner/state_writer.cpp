@@ -11,6 +11,7 @@
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
 #include "runner/atomic_file.hpp"
 #include "runner/helper_process.hpp"
 #include "runner/log.hpp"
@@ -26,6 +27,8 @@ namespace {
     const size_t len = (size_t{h[0]} << 24) | (size_t{h[1]} << 16) | (size_t{h[2]} << 8) | h[3];
     std::string text(len, '\0');
     if (!read_exact(fd, text.data(), len)) _exit(0);
+    // Test build only: a slow disk (include/motor/test_switches.hpp). This is the helper, not the loop.
+    if (const unsigned ms = test_switches().state_save_delay_ms) usleep(ms * 1000);
     auto s = write_file_atomically(state_dir + "/state.json", text, 0600);
     if (!s) log_error("saving state: {}", s.error().message);
     const char ack = s ? 0 : 1;
