@@ -580,23 +580,15 @@ void Runner::fan_out_slice() {
 void Runner::cut_off_unread() {
   if (buffered_has_room()) return;
   // At the total, the clients that hold a full buffer and have read nothing of it for
-  // stalled_client_timeout_s are cut off, the biggest first, until the rest fits in three
-  // quarters of the total: they hold what the clients that do read are waiting for.
+  // stalled_client_timeout_s are cut off: they hold what the clients that do read wait for.
   const uint64_t now = uv_now(loop_);
   const uint64_t grace_ms = static_cast<uint64_t>(config_.stalled_client_timeout_s) * 1000;
   std::vector<Session*> unread;
   for (const auto& [sid, s] : sessions_) {
     if (!s->closed() && s->unread() && now - s->last_read_by_client_ms() >= grace_ms) unread.push_back(s);
   }
-  std::sort(unread.begin(), unread.end(), [](const Session* a, const Session* b) { return a->in_flight() > b->in_flight(); });
-  int64_t left = buffered_bytes_;
-  size_t cut = 0;
-  for (Session* s : unread) {
-    if (left <= config_.client_buffer_total_bytes / 4 * 3) break;
-    left -= static_cast<int64_t>(s->in_flight());
-    ++cut;
-    s->close();  // what it had not read is still in the jobs' histories: it reattaches from its last seq
-  }
+  const size_t cut = unread.size();
+  for (Session* s : unread) s->close();  // what it had not read is in the jobs' histories: it reattaches
   if (cut > 0) {
     log_warning("{} bytes queued to clients, at client_buffer_total; cut off {} client(s) that read nothing for {} s",
                 buffered_bytes_, cut, config_.stalled_client_timeout_s);

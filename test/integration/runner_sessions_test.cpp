@@ -341,7 +341,7 @@ TEST_F(RunnerSessions, AJobTheRunnersShutdownEndsIsNotReportedAsCtrlC) {
 TEST_F(RunnerSessions, ClientsThatNeverReadAreBoundedInTotal) {
   auto runner = start_runner(
       "client_buffer_size = 64K\nclient_buffer_total = 4M\nmax_sessions = 4096\nmax_sessions_per_uid = 4096\n"
-      "stalled_client_timeout_s = 3\n");
+      "stalled_client_timeout_s = 1\n");
   ASSERT_TRUE(runner);
   const std::string ws = runner->workspace("default");
   RawClient owner(runner->socket());
@@ -383,9 +383,8 @@ TEST_F(RunnerSessions, ClientsThatNeverReadAreBoundedInTotal) {
     if (json_field(*f, "/type") == "output") out += protocol::base64_decode(json_field(*f, "/bytes")).value_or("");
   }
   EXPECT_EQ(out.size(), size_t{4} << 20) << runner->log().substr(0, 4000);
-  size_t cut = 0;
-  for (auto& c : silent) cut += c->closed_by_peer(200ms);
-  EXPECT_GT(cut, 0u);
+  const std::string after = runner_status(*runner);
+  EXPECT_LT(std::stoll(json_field(after, "/result/sessions")), 250) << after;  // some silent ones were cut off
   EXPECT_NE(runner->log().find("cut off"), std::string::npos);
 }
 
