@@ -73,12 +73,10 @@ void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string>
   runner_.job_finished(*this);
 }
 
-Job::~Job() {
-  // A job is only destroyed once finished (or at exit, after every job finished).
-  for (auto& f : followers_) {
-    if (Session* s = runner_.find_session(f.session)) std::erase(s->followed_jobs(), id_);
-  }
-}
+// A job is only destroyed once finished and unfollowed, or at exit: then the runner's sessions
+// may be gone already, and a session's list of followed job ids needs no cleaning (an id that
+// names no job is skipped).
+Job::~Job() = default;
 
 std::unique_ptr<Job> Job::restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
                                   std::string summary, int64_t created_at_ms, std::string terminal_json) {

@@ -477,8 +477,8 @@ void Runner::session_opened(Session* session) {
 size_t Runner::sessions_of(const Session& session) const {
   size_t n = 0;
   for (const auto& [sid, s] : sessions_) {
-    if (s == &session || s->privileged() != session.privileged()) continue;
-    n += session.privileged() ? s->caller() == session.caller() : s->peer_uid() == session.peer_uid();
+    if (s == &session || s->privileged() || s->bridged() != session.bridged()) continue;
+    n += session.bridged() ? s->caller() == session.caller() : s->peer_uid() == session.peer_uid();
   }
   return n;
 }

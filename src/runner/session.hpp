@@ -34,7 +34,11 @@ class Session {
   void set_caller(std::string caller) {
     caller_ = std::move(caller);
     privileged_ = false;
+    bridged_ = true;
   }
+  // Named by the bridge: counted per caller name, not per uid (every bridged caller has the
+  // runner account's uid).
+  bool bridged() const { return bridged_; }
   // The operator (root) and the runner's own account (the `connect` bridge) see every job.
   bool privileged() const { return privileged_; }
   bool closed() const { return closing_; }
@@ -110,6 +114,7 @@ class Session {
   gid_t peer_gid_ = static_cast<gid_t>(-1);
   pid_t peer_pid_ = 0;
   bool privileged_ = false;
+  bool bridged_ = false;
   std::string caller_;
   std::vector<std::string> followed_;
 };
