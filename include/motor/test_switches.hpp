@@ -64,6 +64,9 @@ inline constexpr std::array<std::string_view, 39> kWeakenableControls = {
 struct TestSwitches {
   std::vector<std::string> weakened;              // --test-weaken=NAME (repeatable)
   std::vector<std::string> allowed_destinations;  // --test-allow-destination=CIDR (repeatable)
+  // --test-slow-state-save=MS: the state writer waits this long before each save, as a slow
+  // disk would, so a test can act inside the window before `accepted` goes out.
+  unsigned state_save_delay_ms = 0;
 };
 
 inline TestSwitches& test_switches() {

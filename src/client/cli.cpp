@@ -44,6 +44,34 @@ void print_json_line(const protocol::Message& m) {
   write_all(STDOUT_FILENO, "\n");
 }
 
+// An `accepted` record as --json prints it when the secret went to --secret-file: every field
+// but the secret, which then appears nowhere but that file.
+std::string without_secret(std::string_view raw) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(raw.data(), raw.size()).get_object().get(obj)) return "{}";
+  protocol::JsonWriter w;
+  w.begin_object();
+  for (auto [key, value] : obj) {
+    if (key != "secret") w.field_raw(key, simdjson::minify(value));
+  }
+  w.end_object();
+  return w.take();
+}
+
+// The codes a runner refuses a whole connection with (an error without a request id).
+bool is_connection_refusal(std::string_view code) {
+  return code == "unauthorized" || code == "runner_full" || code == "runner_draining";
+}
+
+void print_error(const Error& e) {
+  if (is_connection_refusal(e.code)) {
+    fmt::print(stderr, "motor: the runner refused this connection ({}): {}\n", e.code, e.message);
+  } else {
+    fmt::print(stderr, "motor: {}\n", e.message);
+  }
+}
+
 std::string describe_refusal(const protocol::Message& m) {
   std::string s = "motor: the runner refused the job: " + m.outcome.reason;
   if (m.refusal_detail) s += " (" + *m.refusal_detail + ")";
@@ -116,8 +144,8 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
     }
     if (!m) {
       if (m.error().code != "unreachable" || job_id.empty() || reconnects >= 30) {
-        fmt::print(stderr, "motor: {}\n", m.error().message);
-        return m.error().code == "unreachable" ? kExitTransient : kExitSoftware;
+        print_error(m.error());
+        return exit_code_for_error(m.error().code);
       }
       // Resume where we were; the runner keeps the job's history.
       std::this_thread::sleep_for(std::chrono::milliseconds(200 * (1 + reconnects)));
@@ -131,7 +159,11 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
       if (id) request_id = *id;
       continue;
     }
-    if (o.json) print_json_line(*m);
+    if (o.json && secret_fd >= 0 && m->type == "accepted") {
+      write_all(STDOUT_FILENO, without_secret(m->raw) + "\n");
+    } else if (o.json) {
+      print_json_line(*m);
+    }
     if (m->id && *m->id != request_id) continue;  // a reply to our cancel
     if (m->kind == protocol::Message::Kind::kError && m->error_code == "stalled" && !job_id.empty()) {
       // The runner stopped feeding us because we read too slowly; nothing is lost: pick up
@@ -144,7 +176,7 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
     }
     if (m->kind == protocol::Message::Kind::kError) {
       fmt::print(stderr, "motor: {}: {}\n", m->error_code, m->error_message);
-      return m->error_code == "unauthorized" ? kExitNoPermission : m->error_code == "bad_request" ? kExitUsage : kExitSoftware;
+      return exit_code_for_error(m->error_code);
     }
     if (m->kind != protocol::Message::Kind::kRecord) continue;
     if (m->seq > 0) last_seq = std::max(last_seq, m->seq);
@@ -153,9 +185,11 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
       if (auto at = m->raw.find("\"secret\":\""); at != std::string::npos) {
         const std::string value = m->raw.substr(at + 10, m->raw.find('"', at + 10) - (at + 10));
         if (secret_fd >= 0) {
-          const std::string line = value + "\n";
+          std::string line = value + "\n";
           write_all(secret_fd, line);
           ::close(secret_fd);
+          secret_fd = -1;
+          explicit_bzero(line.data(), line.size());
         } else if (!o.json) {
           fmt::print(stderr, "motor: direct job {}; its secret (shown once, keep it private): {}\n", job_id, value);
         }
@@ -213,19 +247,19 @@ int simple_request(const CliOptions& o, Connection& conn, std::string_view metho
                    void (*print)(std::string_view raw)) {
   auto id = conn.request(method, params);
   if (!id) {
-    fmt::print(stderr, "motor: {}\n", id.error().message);
-    return kExitTransient;
+    print_error(id.error());
+    return exit_code_for_error(id.error().code);
   }
   for (;;) {
     auto m = conn.read();
     if (!m) {
-      fmt::print(stderr, "motor: {}\n", m.error().message);
-      return kExitTransient;
+      print_error(m.error());
+      return exit_code_for_error(m.error().code);
     }
     if (m->id != *id) continue;
     if (m->kind == protocol::Message::Kind::kError) {
       fmt::print(stderr, "motor: {}: {}\n", m->error_code, m->error_message);
-      return m->error_code == "unauthorized" ? kExitNoPermission : kExitSoftware;
+      return exit_code_for_error(m->error_code);
     }
     if (o.json || !print) print_json_line(*m);
     else print(m->raw);
@@ -275,6 +309,10 @@ void print_result(std::string_view raw) {
 
 // Prints a prepare's refusal or local error; returns the exit status for it.
 int report_prepare_failure(const Expected<PrepareOutcome>& r) {
+  if (!r && is_connection_refusal(r.error().code)) {
+    print_error(r.error());
+    return exit_code_for_error(r.error().code);
+  }
   if (!r) {
     fmt::print(stderr, "motor: preparing the workspace: {}{}\n", r.error().message,
                r.error().code == "transfer_interrupted" ? " (transfer_interrupted: the workspace is as it was)" : "");
@@ -620,8 +658,8 @@ int run_cli(const CliOptions& o) {
     }
     auto id = run ? conn->request("exec.run", run_params(effective)) : conn->request("exec.attach", job_ref_params(o, secret, o.from_seq));
     if (!id) {
-      fmt::print(stderr, "motor: {}\n", id.error().message);
-      return kExitTransient;
+      print_error(id.error());
+      return exit_code_for_error(id.error().code);
     }
     return follow_stream(o, *conn, *id, run ? "" : o.job_id, run ? 0 : o.from_seq - 1, secret_fd, secret);
   }

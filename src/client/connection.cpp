@@ -32,13 +32,41 @@ Expected<Connection> Connection::open(const std::string& socket_path) {
   return Connection(std::move(fd));
 }
 
+std::optional<Error> Connection::as_refusal(const protocol::Message& m) {
+  if (m.kind != protocol::Message::Kind::kError || m.id) return std::nullopt;
+  return Error{m.error_code, m.error_message};
+}
+
+std::optional<Error> Connection::queued_refusal() {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    std::vector<std::string> got;
+    if (!decoder_.feed(std::string_view(buf, static_cast<size_t>(n)), got)) break;
+    for (auto& f : got) frames_.push_back(std::move(f));
+  }
+  for (const auto& frame : frames_) {
+    if (auto m = protocol::parse_message(parser_, frame)) {
+      if (auto refusal = as_refusal(*m)) return refusal;
+    }
+  }
+  return std::nullopt;
+}
+
 Status Connection::send_raw(std::string_view payload) {
   const std::string frame = protocol::encode_frame(payload);
   size_t done = 0;
   while (done < frame.size()) {
     const ssize_t n = ::send(fd_.get(), frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error("unreachable", fmt::format("lost the connection to the runner: {}", std::strerror(errno)));
+    if (n < 0) {
+      const int err = errno;
+      // The runner answers a refused connection at once and closes it: its reason is waiting.
+      if (auto refusal = queued_refusal()) return *refusal;
+      return make_error("unreachable", fmt::format("lost the connection to the runner: {}", std::strerror(err)));
+    }
     done += static_cast<size_t>(n);
   }
   return {};
@@ -78,6 +106,7 @@ Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
   frames_.pop_front();
   auto m = protocol::parse_message(parser_, frame);
   if (!m) return make_error("protocol", "the runner sent a message this client cannot read: " + m.error().message);
+  if (auto refusal = as_refusal(*m)) return *refusal;
   return m;
 }
 

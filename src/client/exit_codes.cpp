@@ -5,6 +5,8 @@ namespace motor::client {
 int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed) {
   using Kind = protocol::Outcome::Kind;
   if (killed == std::optional<std::string>("deadline")) return kExitDeadline;
+  // Stopped by the runner's own shutdown, not by anyone's cancel: not 130, which is Ctrl-C's.
+  if (killed == std::optional<std::string>("shutdown")) return kExitDropped;
   if (killed == std::optional<std::string>("cancel") || outcome.kind == Kind::kCancelled) return kExitCancelled;
   switch (outcome.kind) {
     case Kind::kExit: return outcome.code & 0xff;
@@ -12,9 +14,17 @@ int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::str
     case Kind::kRefusedBeforeStart:
       return protocol::is_transient_refusal(outcome.reason) ? kExitTransient : kExitUnavailable;
     case Kind::kCancelled: return kExitCancelled;
-    case Kind::kOutcomeUnknown:
+    case Kind::kOutcomeUnknown: return kExitDropped;
     case Kind::kHistoryExpired: return kExitSoftware;
   }
+  return kExitSoftware;
+}
+
+int exit_code_for_error(std::string_view code) {
+  if (code == "unauthorized") return kExitNoPermission;
+  if (code == "bad_request" || code == "usage") return kExitUsage;
+  // A full or draining runner refuses for now, as an unreachable one does: try again later.
+  if (code == "unreachable" || protocol::is_transient_refusal(code)) return kExitTransient;
   return kExitSoftware;
 }
 

@@ -13,9 +13,12 @@ inline constexpr int kExitUnavailable = 69;  // EX_UNAVAILABLE: runner unreachab
 inline constexpr int kExitSoftware = 70;     // outcome unknown, history expired, a protocol error
 inline constexpr int kExitTransient = 75;    // EX_TEMPFAIL: a transient refusal; try again later
 inline constexpr int kExitNoPermission = 77; // EX_NOPERM: unauthorized
+inline constexpr int kExitDropped = 71;      // the runner stopped or restarted under the job
 inline constexpr int kExitDeadline = 124;    // like timeout(1)
 inline constexpr int kExitCancelled = 130;   // like a shell's Ctrl-C
 
 int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed);
+// The exit status for an error (an error reply, a refused connection, a lost runner) by its code.
+int exit_code_for_error(std::string_view code);
 
 }  // namespace motor::client

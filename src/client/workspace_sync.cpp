@@ -71,6 +71,7 @@ Status copy_file(const std::string& from, const std::string& to) {
 Expected<protocol::Message> reply_to(Connection& conn, int64_t id) {
   for (;;) {
     auto m = conn.read();
+    if (!m && m.error().code != "unreachable" && m.error().code != "protocol") return m.error();  // the runner's refusal
     if (!m) return Error{"transfer_interrupted", "the connection to the runner broke: " + m.error().message};
     if (m->id == id && m->kind != protocol::Message::Kind::kRecord) return m;
   }
@@ -237,6 +238,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (untrusted_base) w.field("untrusted", true).field("screen_base", screen_base);
   w.end_object();
   auto id = conn.request("workspace.prepare", w.str());
+  if (!id && id.error().code != "unreachable") return id.error();  // the runner's refusal of this connection
   if (!id) return Error{"transfer_interrupted", id.error().message};
   auto first = reply_to(conn, *id);
   if (!first) return first.error();

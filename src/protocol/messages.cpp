@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 
 #include "protocol/base64.hpp"
 #include "protocol/size.hpp"
@@ -31,13 +33,118 @@ const char* type_name(element_type t) {
   return "something else";
 }
 
+// simdjson says only NUMBER_ERROR: find the number it means, and whether it is malformed or a
+// valid JSON number out of range (1e400, or an integer past 64 bits that no double holds).
+std::string describe_number_error(std::string_view text) {
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i;
+    while (end < text.size() && std::string_view("+-0123456789.eE").find(text[end]) != std::string_view::npos) ++end;
+    const std::string token(text.substr(i, end - i));
+    const std::string shown = token.size() > 40 ? token.substr(0, 40) + "..." : token;
+    // JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+    size_t k = 0;
+    auto digits = [&] {
+      const size_t from = k;
+      while (k < token.size() && token[k] >= '0' && token[k] <= '9') ++k;
+      return k > from;
+    };
+    bool ok = true;
+    if (k < token.size() && token[k] == '-') ++k;
+    if (k < token.size() && token[k] == '0') ++k;
+    else ok = digits();
+    if (ok && k < token.size() && token[k] == '.') {
+      ++k;
+      ok = digits();
+    }
+    if (ok && k < token.size() && (token[k] == 'e' || token[k] == 'E')) {
+      ++k;
+      if (k < token.size() && (token[k] == '+' || token[k] == '-')) ++k;
+      ok = digits();
+    }
+    if (!ok || k != token.size()) return fmt::format("frame is not valid JSON (malformed number {})", shown);
+    const double d = std::strtod(token.c_str(), nullptr);
+    if (std::isinf(d)) return fmt::format("number {} is out of range (numbers must fit a double)", shown);
+    i = end;
+  }
+  return "frame is not valid JSON (a number is malformed or out of range)";
+}
+
 Expected<element> parse_json(simdjson::dom::parser& parser, std::string_view text) {
   element root;
   // simdjson validates UTF-8 for the whole document as part of parsing.
   const auto err = parser.parse(text.data(), text.size()).get(root);
   if (err == simdjson::UTF8_ERROR) return bad("frame is not valid UTF-8");
+  if (err == simdjson::NUMBER_ERROR) return bad(describe_number_error(text));
   if (err) return bad(fmt::format("frame is not valid JSON ({})", simdjson::error_message(err)));
   return root;
+}
+
+// The first key that occurs twice in one object anywhere under `e`: such a request is refused,
+// since readers disagree on which value counts (simdjson takes the first, others the last).
+std::optional<std::string> duplicate_key(element e) {
+  simdjson::dom::array arr;
+  if (!e.get_array().get(arr)) {
+    for (element item : arr) {
+      if (auto dup = duplicate_key(item)) return dup;
+    }
+    return std::nullopt;
+  }
+  object obj;
+  if (e.get_object().get(obj)) return std::nullopt;
+  std::vector<std::string_view> keys;
+  for (auto [key, value] : obj) {
+    keys.push_back(key);
+    if (auto dup = duplicate_key(value)) return dup;
+  }
+  std::sort(keys.begin(), keys.end());
+  if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end()) return std::string(it->substr(0, 64));
+  return std::nullopt;
+}
+
+// A whole number within [min, max]: an integer, or a double without a fraction (JSON does not
+// tell 5 from 5.0). The error names the field, what it must be and what it got.
+Expected<int64_t> whole_number(element e, std::string_view field, int64_t min, int64_t max) {
+  auto shown = [&] {
+    std::string text = simdjson::minify(e);
+    return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+  };
+  auto range = [&] {
+    return bad(fmt::format("field \"{}\" must be a whole number from {} to {}, got {}", field, min, max, shown()));
+  };
+  int64_t v = 0;
+  switch (e.type()) {
+    case element_type::INT64:
+      if (e.get_int64().get(v)) return range();
+      break;
+    case element_type::UINT64:  // past INT64_MAX
+      return range();
+    case element_type::DOUBLE: {
+      double d = 0;
+      if (e.get_double().get(d)) return range();
+      if (d != std::floor(d)) return bad(fmt::format("field \"{}\" must be a whole number, got {}", field, shown()));
+      // 2^63 is the first double past INT64_MAX (which rounds up to it): converting it or
+      // anything larger to int64_t is undefined, so the bound is checked as a double first.
+      if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) return range();
+      v = static_cast<int64_t>(d);
+      break;
+    }
+    default:
+      return bad(fmt::format("field \"{}\" must be a whole number, got {}", field, type_name(e.type())));
+  }
+  if (v < min || v > max) return range();
+  return v;
 }
 
 // Reads typed fields of one object; the first problem becomes the error, naming the field.
@@ -68,25 +175,9 @@ class FieldReader {
   void integer(std::string_view name, std::optional<int64_t>& out, int64_t min, int64_t max) {
     auto e = get(name);
     if (!e) return;
-    int64_t v = 0;
-    if (e->type() == element_type::DOUBLE) {
-      double d = 0;
-      if (e->get_double().get(d)) return wrong(name, "a number", *e);
-      // 2^63 is the first double past INT64_MAX (which rounds up to it): converting it or
-      // anything larger to int64_t is undefined, so the bound is checked as a double first.
-      if (d != std::floor(d) || d < static_cast<double>(min) || d >= 9223372036854775808.0 ||
-          static_cast<int64_t>(d) > max) {
-        return range(name, min, max);
-      }
-      out = static_cast<int64_t>(d);
-      return;
-    }
-    if (e->get_int64().get(v)) {
-      if (e->type() == element_type::UINT64) return range(name, min, max);
-      return wrong(name, "a whole number", *e);
-    }
-    if (v < min || v > max) return range(name, min, max);
-    out = v;
+    auto v = whole_number(*e, prefix_ + std::string(name), min, max);
+    if (!v) return fail(v.error().message);
+    out = *v;
   }
 
   void number(std::string_view name, std::optional<double>& out) {
@@ -132,9 +223,6 @@ class FieldReader {
   void wrong(std::string_view name, const char* want, element e) {
     fail(fmt::format("field \"{}{}\" must be {}, got {}", prefix_, name, want, type_name(e.type())));
   }
-  void range(std::string_view name, int64_t min, int64_t max) {
-    fail(fmt::format("field \"{}{}\" must be a whole number from {} to {}", prefix_, name, min, max));
-  }
 
   object obj_;
   std::string prefix_;
@@ -173,8 +261,11 @@ Expected<Request> parse_request(simdjson::dom::parser& parser, std::string_view 
   Request req;
   element id;
   if (obj.at_key("id").get(id)) return bad("missing field \"id\"");
-  if (id.get_int64().get(req.id)) return bad(fmt::format("field \"id\" must be a whole number, got {}", type_name(id.type())));
+  auto id_value = whole_number(id, "id", INT64_MIN, INT64_MAX);
+  if (!id_value) return id_value.error();
+  req.id = *id_value;
   if (id_out) *id_out = req.id;
+  if (auto dup = duplicate_key(*root)) return bad(fmt::format("key \"{}\" appears twice in one object", *dup));
   element method;
   if (obj.at_key("method").get(method)) return bad("missing field \"method\"");
   std::string_view m;
@@ -187,6 +278,16 @@ Expected<Request> parse_request(simdjson::dom::parser& parser, std::string_view 
     req.params_json = simdjson::minify(params);
   }
   return req;
+}
+
+Expected<bool> parse_flag(simdjson::dom::parser& parser, std::string_view params_json, std::string_view name) {
+  auto obj = parse_params_object(parser, params_json);
+  if (!obj) return obj.error();
+  FieldReader r(*obj, "params.");
+  bool value = false;
+  r.boolean(name, value);
+  if (r.error()) return *r.error();
+  return value;
 }
 
 bool is_job_id(std::string_view s) {

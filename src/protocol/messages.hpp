@@ -57,6 +57,10 @@ struct JobRef {
 };
 Expected<JobRef> parse_job_ref(simdjson::dom::parser& parser, std::string_view params_json, bool job_id_required);
 
+// One optional boolean parameter (runner.drain's "wait", runner.status's "metrics"...): absent or
+// null is false; anything but a boolean is a bad_request naming the field.
+Expected<bool> parse_flag(simdjson::dom::parser& parser, std::string_view params_json, std::string_view name);
+
 // runner.identify (only from the runner's own account: `motor-runner connect`)
 Expected<std::string> parse_identify(simdjson::dom::parser& parser, std::string_view params_json);
 

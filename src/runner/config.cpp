@@ -99,6 +99,9 @@ max_bundle_size = 1G
 job_log_max_size = 1G
 # Output in flight per client; a client that reads slower than this waits (backpressure).
 client_buffer_size = 1M
+# Output in flight to all clients together; past it, the clients that read nothing are cut off
+# (they reattach from their last seq; nothing is lost).
+client_buffer_total = 256M
 # A client that reads nothing for this long while its job has more for it is dropped from the
 # job's stream with a "stalled" error naming where to reattach (its output stays in the history).
 stalled_client_timeout_s = 60
@@ -109,8 +112,14 @@ job_log_max_age_s = 604800
 
 # --- Sessions and shutdown --------------------------------------------------------------------
 
-# Most client connections at once.
+# Most client connections at once, and of one account (uid, or caller named by the SSH bridge);
+# the operator (root) and the runner's own account are not counted per account.
 max_sessions = 1024
+max_sessions_per_uid = 256
+# A connection that begins a frame and does not finish it within this many seconds is closed.
+frame_timeout_s = 30
+# A connection that sends nothing and waits for nothing (no job followed, no reply owed) this long is closed.
+session_idle_timeout_s = 900
 # Direct jobs: exec.run with direct: true gets a one-time secret that lets its holder attach,
 # check status or cancel that job only (docs/direct-runs.md). true or false.
 direct_jobs = false
@@ -392,7 +401,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 58> kKeys = {{
+const std::array<KeySpec, 62> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -578,6 +587,10 @@ const std::array<KeySpec, 58> kKeys = {{
      [](Config& c, Value& v) {
        return to_size(v.scalar, int64_t{64} << 10, int64_t{1} << 30, c.client_buffer_bytes);
      }},
+    {"client_buffer_total", false,
+     [](Config& c, Value& v) {
+       return to_size(v.scalar, int64_t{1} << 20, int64_t{1} << 40, c.client_buffer_total_bytes);
+     }},
     {"job_log_max_age_s", false,
      [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, kYear, c.job_log_max_age_s); }},
     {"finished_jobs_kept", false,
@@ -586,6 +599,12 @@ const std::array<KeySpec, 58> kKeys = {{
      }},
     {"max_sessions", false,
      [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 65536, c.max_sessions); }},
+    {"max_sessions_per_uid", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 65536, c.max_sessions_per_uid); }},
+    {"frame_timeout_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 3600, c.frame_timeout_s); }},
+    {"session_idle_timeout_s", false,
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, kYear, c.session_idle_timeout_s); }},
     {"direct_jobs", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        if (v.scalar == "true") {

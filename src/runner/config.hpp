@@ -64,6 +64,9 @@ struct Config {
   // Output history kept per job on disk, and per client in flight (backpressure bound).
   int64_t job_log_max_bytes = int64_t{1} << 30;
   int64_t client_buffer_bytes = 1 << 20;
+  // All clients together: past this, stream records pause and the clients that read nothing
+  // are cut off (they reattach from their last seq).
+  int64_t client_buffer_total_bytes = int64_t{256} << 20;
   // A follower that has read nothing for this long while its job has more for it is dropped
   // with a `stalled` error naming the seq to reattach from (its data stays in the history).
   int64_t stalled_client_timeout_s = 60;
@@ -72,8 +75,13 @@ struct Config {
   // until finished_jobs_kept pushes it out; an attach then answers history_expired).
   int64_t job_log_max_age_s = 7 * 86400;
 
-  // Sessions.
+  // Sessions: at most max_sessions, of which one account (or bridged caller) holds at most
+  // max_sessions_per_uid; a frame begun must be finished within frame_timeout_s, and a session
+  // that waits for nothing and sends nothing is closed after session_idle_timeout_s.
   int64_t max_sessions = 1024;
+  int64_t max_sessions_per_uid = 256;
+  int64_t frame_timeout_s = 30;
+  int64_t session_idle_timeout_s = 900;
 
   // Direct jobs (exec.run with direct: true) and their one-time secrets (docs/direct-runs.md).
   bool direct_jobs = false;

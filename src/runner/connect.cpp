@@ -49,7 +49,10 @@ int run_connect_bridge(const std::string& socket_path, const std::optional<std::
     if (!read_exact(sock, reply.data(), len)) return 69;
     if (reply.find("\"error\"") != std::string::npos) {
       fmt::print(stderr, "motor-runner connect: the runner refused the caller name: {}\n", reply);
-      return 77;
+      // The caller's client gets the runner's refusal itself (e.g. runner_full: too many sessions).
+      (void)write_all(STDOUT_FILENO, header, 4);
+      (void)write_all(STDOUT_FILENO, reply.data(), reply.size());
+      return reply.find("\"runner_full\"") != std::string::npos ? 75 : 77;
     }
   }
   // Copy bytes both ways until the runner closes; stdin's EOF half-closes the socket.

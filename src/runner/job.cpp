@@ -81,13 +81,10 @@ void Job::conclude(const char* how) {
   runner_.job_finished(*this);
 }
 
-Job::~Job() {
-  // A job is only destroyed once finished (or at exit, after every job finished).
-  for (auto& f : followers_) {
-    auto& ids = f.session->followed_jobs();
-    std::erase(ids, id_);
-  }
-}
+// A job is only destroyed once finished and unfollowed, or at exit: then the runner's sessions
+// may be gone already, and a session's list of followed job ids needs no cleaning (an id that
+// names no job is skipped).
+Job::~Job() = default;
 
 std::unique_ptr<Job> Job::restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
                                   std::string summary, int64_t created_at_ms, std::string terminal_json) {
@@ -396,7 +393,10 @@ void Job::kill_for_shutdown() {
   // pipes drain and it can end.
   shutting_down_ = true;
   if (stdout_ && stderr_) retry_pending_output();
-  cancel();
+  if (state_ != State::kRunning || cancelled_) return;
+  cancelled_ = true;
+  log_job(id_, "the runner is shutting down; killing the job's process tree");
+  kill_tree("shutdown");  // killed "shutdown": nobody cancelled it (the client exits 71, not 130)
 }
 
 void Job::kill_tree(const char* why) {
@@ -526,7 +526,7 @@ void Job::finish() {
     t.refusal_detail = setup_error_.substr(0, 1024);
     t.ran = "none";
     t.killed.reset();
-  } else if (killed_ == std::optional<std::string>("cancel")) {
+  } else if (killed_ == std::optional<std::string>("cancel") || killed_ == std::optional<std::string>("shutdown")) {
     t.outcome.kind = protocol::Outcome::Kind::kCancelled;
     t.ran = "remote";
   } else if (WIFEXITED(wait_status_)) {
@@ -628,7 +628,7 @@ void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
     session.send(protocol::with_request_id(request_id, protocol::encode_terminal(t)));
     return;
   }
-  Follower f{&session, request_id, {}, std::nullopt};
+  Follower f{session.id(), request_id, {}, std::nullopt};
   // A finished job always ends a follow with its terminal record, even past the end.
   if (state_ == State::kFinished && from_seq > last_seq()) from_seq = last_seq();
   auto cursor = log_->cursor_at(from_seq);
@@ -638,48 +638,79 @@ void Job::follow(Session& session, int64_t request_id, int64_t from_seq) {
   }
   f.cursor = *cursor;
   if (from_seq < log_->first_kept_seq()) f.truncated_before_seq = log_->first_kept_seq();
+  f.wants_pump = true;
   followers_.push_back(f);
   session.followed_jobs().push_back(id_);
-  pump(followers_.back());
+  schedule_pump();
+}
+
+void Job::schedule_pump() {
+  if (fan_out_queued_) return;
+  fan_out_queued_ = true;
+  runner_.schedule_fan_out(id_);
 }
 
 void Job::unfollow(Session& session) {
-  std::erase_if(followers_, [&](const Follower& f) { return f.session == &session; });
+  std::erase_if(followers_, [&](const Follower& f) { return f.session == session.id(); });
   maybe_close_log();
 }
 
 void Job::session_drained(Session& session) {
-  for (size_t i = 0; i < followers_.size(); ++i) {
-    if (followers_[i].session == &session) pump(followers_[i]);
+  bool any = false;
+  for (auto& f : followers_) {
+    if (f.session == session.id()) any = f.wants_pump = true;
   }
+  if (any) schedule_pump();
 }
 
 void Job::pump_all() {
   drop_stalled_followers();
-  // pump() may remove the follower it serves (after the terminal record): iterate by copy.
-  auto sessions = followers_;
-  for (auto& f : sessions) {
-    for (auto& g : followers_) {
-      if (g.session == f.session && g.request_id == f.request_id) {
-        pump(g);
-        break;
-      }
+  for (auto& f : followers_) f.wants_pump = true;
+  if (!followers_.empty()) schedule_pump();
+}
+
+bool Job::pump_slice(size_t& budget) {
+  fan_out_queued_ = false;
+  // pump() may remove the follower it serves (after the terminal record): find each by its key.
+  std::vector<std::pair<SessionId, int64_t>> keys;
+  for (const auto& f : followers_) {
+    if (f.wants_pump) keys.emplace_back(f.session, f.request_id);
+  }
+  bool more = false;
+  for (const auto& [sid, request_id] : keys) {
+    auto it = std::find_if(followers_.begin(), followers_.end(),
+                           [&](const Follower& g) { return g.session == sid && g.request_id == request_id; });
+    if (it == followers_.end()) continue;
+    if (budget == 0) {
+      more = true;
+      break;
+    }
+    it->wants_pump = false;
+    const bool cut_short = pump(*it, &budget);
+    if (cut_short) {
+      auto again = std::find_if(followers_.begin(), followers_.end(),
+                                [&](const Follower& g) { return g.session == sid && g.request_id == request_id; });
+      if (again != followers_.end()) again->wants_pump = more = true;
     }
   }
+  if (more) fan_out_queued_ = true;  // the runner queues it again
+  return more;
 }
 
 void Job::drop_stalled_followers() {
   const uint64_t now = uv_now(runner_.loop());
   const uint64_t limit = static_cast<uint64_t>(runner_.config().stalled_client_timeout_s) * 1000;
-  std::vector<std::pair<Session*, int64_t>> dropped;
+  std::vector<std::pair<SessionId, int64_t>> dropped;
   for (const auto& f : followers_) {
     if (f.stalled_since_ms != 0 && now - f.stalled_since_ms >= limit) dropped.emplace_back(f.session, f.request_id);
   }
-  for (auto [session, request_id] : dropped) {
+  for (auto [sid, request_id] : dropped) {
     auto it = std::find_if(followers_.begin(), followers_.end(),
-                           [&](const Follower& g) { return g.session == session && g.request_id == request_id; });
+                           [&](const Follower& g) { return g.session == sid && g.request_id == request_id; });
     const int64_t resume = it->cursor.next_seq;
     followers_.erase(it);
+    Session* session = runner_.find_session(sid);
+    if (!session) continue;
     std::erase(session->followed_jobs(), id_);
     log_job(id_, "dropped a client that read nothing for {} s (it may reattach from seq {})",
             runner_.config().stalled_client_timeout_s, resume);
@@ -693,12 +724,20 @@ void Job::drop_stalled_followers() {
   if (!dropped.empty()) maybe_close_log();
 }
 
-void Job::pump(Follower& f) {
-  Session& session = *f.session;
+bool Job::pump(Follower& f, size_t* budget) {
+  Session* found = runner_.find_session(f.session);
   const int64_t request_id = f.request_id;
+  if (!found) {  // closed meanwhile (its close unfollows; this is the belt to that brace)
+    const SessionId gone = f.session;
+    std::erase_if(followers_, [&](const Follower& g) { return g.session == gone; });
+    maybe_close_log();
+    return false;
+  }
+  Session& session = *found;
   bool done = false;
   if (session.has_room()) f.stalled_since_ms = 0;
   while (session.has_room()) {
+    if (budget && *budget == 0) break;
     auto entry = log_->read(f.cursor, scratch_);
     if (!entry) {
       session.send(protocol::encode_error(request_id, "internal", entry.error().message));
@@ -723,6 +762,7 @@ void Job::pump(Follower& f) {
     } else {
       record = protocol::encode_output(e.seq, e.kind == JobLog::Kind::kStdout ? "stdout" : "stderr", e.payload, truncated);
     }
+    if (budget) *budget -= std::min(*budget, record.size());
     session.send(protocol::with_request_id(request_id, record));
   }
   // Once the job is finished and this follower has had its last record (the terminal one), the
@@ -731,11 +771,13 @@ void Job::pump(Follower& f) {
   if (!done && !session.has_room() && f.cursor.next_seq <= last_seq() && f.stalled_since_ms == 0) {
     f.stalled_since_ms = uv_now(runner_.loop());
   }
+  const bool cut_short = !done && budget && *budget == 0 && session.has_room() && f.cursor.next_seq <= last_seq();
   if (done) {
     std::erase(session.followed_jobs(), id_);
-    std::erase_if(followers_, [&](const Follower& g) { return g.session == &session && g.request_id == request_id; });
+    std::erase_if(followers_, [&](const Follower& g) { return g.session == session.id() && g.request_id == request_id; });
     maybe_close_log();
   }
+  return cut_short;
 }
 
 }  // namespace motor::runner

@@ -15,6 +15,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job_log.hpp"
+#include "runner/session_id.hpp"
 #include "runner/sha256.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
@@ -81,6 +82,12 @@ class Job : private vm::VmJobSink {
   void follow(Session& session, int64_t request_id, int64_t from_seq);
   void unfollow(Session& session);
   void session_drained(Session& session);
+  // Feeds the followers that have room and records to read, until `budget` bytes are sent
+  // (Runner::fan_out_slice: a fan-out to a thousand followers is spread over loop iterations).
+  // True if some follower still has more to send now.
+  bool pump_slice(size_t& budget);
+  // Every follower may have more to read (new records, room again): queued for the next slice.
+  void pump_all();
   // Deletes the job's output history (age limit); an attach then answers history_expired.
   void expire_history();
   int64_t finished_at_ms() const { return finished_at_ms_; }
@@ -106,12 +113,14 @@ class Job : private vm::VmJobSink {
 
  private:
   struct Follower {
-    Session* session;
+    SessionId session;  // looked up for each send: the session may have closed meanwhile
     int64_t request_id;
     JobLog::Cursor cursor;
     std::optional<int64_t> truncated_before_seq;  // to report on the next record sent
     uint64_t stalled_since_ms = 0;  // loop time its session first had no room for more; 0 = flowing
+    bool wants_pump = false;        // has (or may have) records to send: fed in the next slice
   };
+  void schedule_pump();
   void drop_stalled_followers();
   struct OutputPipe {
     Job* job = nullptr;
@@ -156,8 +165,9 @@ class Job : private vm::VmJobSink {
   void conclude(const char* how);
   // The last seq a follower can get: the log's, or one more for a terminal it lacks.
   int64_t last_seq() const;
-  void pump(Follower& f);
-  void pump_all();
+  // Sends what `f` has room for (at most *budget bytes, if given); true if the budget ran out
+  // with more to send.
+  bool pump(Follower& f, size_t* budget = nullptr);
   void retry_pending_output();
   Status open_log_for_replay();
 
@@ -217,6 +227,7 @@ class Job : private vm::VmJobSink {
   std::unique_ptr<vm::VmJob> vm_;
   uint64_t vm_timeout_ms_ = 0;  // armed when the command starts in the guest, as a Linux job's
   std::vector<Follower> followers_;
+  bool fan_out_queued_ = false;
   std::string scratch_;
 };
 

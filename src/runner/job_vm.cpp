@@ -101,7 +101,7 @@ void Job::vm_finished(const vm::VmOutcome& o) {
       t.outcome.signal = static_cast<int>(o.code);
       break;
     case K::kKilled:
-      if (killed_ == std::optional<std::string>("cancel")) {
+      if (killed_ == std::optional<std::string>("cancel") || killed_ == std::optional<std::string>("shutdown")) {
         t.outcome.kind = protocol::Outcome::Kind::kCancelled;
       } else {
         t.outcome.kind = protocol::Outcome::Kind::kSignal;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -72,6 +73,13 @@ std::string take_test_flag(const std::string& arg) {
   }
   if (name == "--test-allow-destination") {
     motor::test_switches().allowed_destinations.push_back(value);
+    return "";
+  }
+  if (name == "--test-slow-state-save") {
+    unsigned ms = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (ec != std::errc() || end != value.data() + value.size() || ms > 60000) return name + ": expected milliseconds (0-60000)";
+    motor::test_switches().state_save_delay_ms = ms;
     return "";
   }
   return "unknown test switch " + name;
@@ -165,6 +173,8 @@ int main(int argc, char** argv) {
     log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
   for (const auto& cidr : motor::test_switches().allowed_destinations)
     log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
+  if (const unsigned ms = motor::test_switches().state_save_delay_ms)
+    log_warning("TEST BUILD: every state save waits {} ms (--test-slow-state-save)", ms);
   // Every client session is a socket: take the whole open-file allowance the host grants.
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

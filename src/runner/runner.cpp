@@ -255,6 +255,19 @@ Status Runner::start() {
       if (auto* self = reactor::owner_of<Runner>(h)) self->begin_shutdown(signum);
     }, sig == &sigterm_ ? SIGTERM : SIGINT);
   }
+  // SIGHUP (a reload by convention, sent by `systemctl reload` and by hangups) must not end the
+  // runner and orphan its jobs: it is taken on the loop. There is no log file to reopen (the log
+  // is stderr or the journal), and reloading the config is not built yet (issue 19).
+  if (const int rc = uv_signal_init(loop_, sighup_.get()); rc != 0) {
+    return make_error("io", fmt::format("uv_signal_init: {}", uv_strerror(rc)));
+  }
+  sighup_.initialized(this);
+  if (const int rc = uv_signal_start(sighup_.get(), [](uv_signal_t*, int) {
+        log_warning("SIGHUP: reloading the configuration is not implemented yet; every key keeps its value from "
+                    "the start, and the runner keeps serving (restart it to apply a changed config)");
+      }, SIGHUP); rc != 0) {
+    return make_error("io", fmt::format("uv_signal_start(SIGHUP): {}", uv_strerror(rc)));
+  }
   signal(SIGPIPE, SIG_IGN);
   log_info("motor-runner {} listening on {} (jobs run as {} uid {})", kVersion, config_.socket_path, job_account_.name,
            job_account_.uid);
@@ -288,10 +301,12 @@ Status Runner::recover() {
       }
     }
     if (pj.state == "queued") {
-      // It never started: the restart ends it as cancelled before start.
+      // It never started: the restart refuses it (transient; nobody cancelled it).
       protocol::TerminalRecord t;
       t.job_id = pj.job_id;
-      t.outcome.kind = protocol::Outcome::Kind::kCancelled;
+      t.outcome.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+      t.outcome.reason = "runner_draining";
+      t.retry_after_ms = kRetryWhenDrainingMs;
       t.ran = "none";
       t.refusal_detail = "the runner restarted before the job started; submit it again";
       std::string terminal;
@@ -302,7 +317,7 @@ Status Runner::recover() {
       } else {
         terminal = protocol::encode_terminal(t);
       }
-      log_warning("job {} was queued when the runner stopped; it is recorded as cancelled before start", pj.job_id);
+      log_warning("job {} was queued when the runner stopped; it is recorded as refused before start (runner_draining)", pj.job_id);
       jobs_[pj.job_id] = Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, pj.summary, pj.created_at_ms, terminal);
       restore_secret_digest(*jobs_[pj.job_id], pj.secret_sha256);
       continue;
@@ -437,12 +452,165 @@ void Runner::session_opened(Session* session) {
     session->close_after_flush();
     return;
   }
-  sessions_.insert(session);
+  // One account cannot take every session (the operator's and the bridge's are not counted
+  // here; a bridged caller is counted once it is named, in runner.identify).
+  if (!session->privileged() && sessions_of(*session) >= static_cast<size_t>(config_.max_sessions_per_uid)) {
+    log_warning("refused a connection from uid {}: it has {} sessions open (max_sessions_per_uid)", session->peer_uid(),
+                config_.max_sessions_per_uid);
+    session->send(protocol::encode_error(
+        std::nullopt, "runner_full",
+        fmt::format("this account has {} sessions open, the most one account may have (max_sessions_per_uid); "
+                    "try again later",
+                    config_.max_sessions_per_uid)));
+    session->close_after_flush();
+    return;
+  }
+  sessions_.emplace(session->id(), session);
+  if (!session_sweep_.live()) {
+    if (const int rc = uv_timer_init(loop_, session_sweep_.get()); rc != 0) {
+      log_error("uv_timer_init: {}; sessions have no idle or frame timeout", uv_strerror(rc));
+      return;
+    }
+    session_sweep_.initialized(this);
+    uv_unref(session_sweep_.handle());
+    const uint64_t every_ms = 1000;
+    if (const int rc = uv_timer_start(session_sweep_.get(), [](uv_timer_t* h) {
+          if (auto* self = reactor::owner_of<Runner>(h)) self->sweep_sessions();
+        }, every_ms, every_ms); rc != 0) {
+      log_error("uv_timer_start: {}; sessions have no idle or frame timeout", uv_strerror(rc));
+    }
+  }
+}
+
+size_t Runner::sessions_of(const Session& session) const {
+  size_t n = 0;
+  for (const auto& [sid, s] : sessions_) {
+    if (s == &session || s->privileged() || s->bridged() != session.bridged()) continue;
+    n += session.bridged() ? s->caller() == session.caller() : s->peer_uid() == session.peer_uid();
+  }
+  return n;
+}
+
+// A connection that began a frame and did not finish it, or that has nothing to wait for and
+// sends nothing, holds a session slot for nothing: it is closed after its timeout.
+void Runner::sweep_sessions() {
+  cut_off_unread();
+  const uint64_t now = uv_now(loop_);
+  const uint64_t frame_ms = static_cast<uint64_t>(config_.frame_timeout_s) * 1000;
+  const uint64_t idle_ms = static_cast<uint64_t>(config_.session_idle_timeout_s) * 1000;
+  std::vector<std::pair<Session*, std::string>> expired;
+  for (const auto& [sid, s] : sessions_) {
+    if (s->closed()) continue;
+    if (s->frame_begun_ms() != 0 && now - s->frame_begun_ms() >= frame_ms) {
+      expired.emplace_back(s, fmt::format("a frame was begun and not finished within {} s (frame_timeout_s); "
+                                          "closing this connection",
+                                          config_.frame_timeout_s));
+    } else if (s->quiet() && now - s->last_received_ms() >= idle_ms) {
+      expired.emplace_back(s, fmt::format("this connection sent nothing and waited for nothing for {} s "
+                                          "(session_idle_timeout_s); closing it",
+                                          config_.session_idle_timeout_s));
+    }
+  }
+  for (auto& [s, why] : expired) {
+    log_info("session {} (uid {}): {}", s->caller(), s->peer_uid(), why);
+    s->send(protocol::encode_error(std::nullopt, "session_timeout", why));
+    s->close_after_flush();
+  }
+}
+
+void Runner::buffered_changed(int64_t delta) {
+  const bool had_room = buffered_has_room();
+  buffered_bytes_ += delta;
+  buffered_peak_bytes_ = std::max(buffered_peak_bytes_, buffered_bytes_);
+  // Back under the total: followers and requests that paused for it are served again.
+  if (!had_room && buffered_has_room()) wake_followers_ = true;
+  if (!wake_followers_ || !saver_.live()) return;
+  // After this iteration, not from inside a send, whose caller may be walking a job's followers.
+  if (!shedder_.live()) {
+    if (uv_check_init(loop_, shedder_.get()) != 0) return;
+    shedder_.initialized(this);
+  }
+  if (uv_is_active(shedder_.handle())) return;
+  if (const int rc = uv_check_start(shedder_.get(), [](uv_check_t* h) {
+        uv_check_stop(h);
+        auto* self = reactor::owner_of<Runner>(h);
+        if (!self) return;
+        if (std::exchange(self->wake_followers_, false)) {
+          for (auto& [id, job] : self->jobs_) {
+            if (job->has_followers()) job->pump_all();
+          }
+          std::vector<SessionId> open;
+          for (const auto& [sid, s] : self->sessions_) open.push_back(sid);
+          for (SessionId sid : open) {
+            if (Session* s = self->find_session(sid)) s->resume();
+          }
+        }
+      }); rc != 0) {
+    log_error("uv_check_start: {}", uv_strerror(rc));
+  }
+}
+
+// Followers are fed in slices of at most this many bytes per loop iteration, all jobs together:
+// a fan-out to a thousand followers with room for 1 MiB each would otherwise encode and queue
+// a gigabyte before the loop could serve anyone else.
+constexpr size_t kFanOutSliceBytes = 4u << 20;
+
+void Runner::schedule_fan_out(const std::string& job_id) {
+  fan_out_jobs_.push_back(job_id);
+  if (!fan_out_.live()) {
+    if (const int rc = uv_idle_init(loop_, fan_out_.get()); rc != 0) {
+      log_error("uv_idle_init: {}", uv_strerror(rc));
+      return;
+    }
+    fan_out_.initialized(this);
+  }
+  if (uv_is_active(fan_out_.handle())) return;
+  if (const int rc = uv_idle_start(fan_out_.get(), [](uv_idle_t* h) {
+        if (auto* self = reactor::owner_of<Runner>(h)) self->fan_out_slice();
+      }); rc != 0) {
+    log_error("uv_idle_start: {}", uv_strerror(rc));
+  }
+}
+
+void Runner::fan_out_slice() {
+  size_t budget = kFanOutSliceBytes;
+  // Jobs queued during this slice wait for the next one: each iteration's work stays bounded.
+  for (size_t n = fan_out_jobs_.size(); n > 0 && budget > 0 && !fan_out_jobs_.empty(); --n) {
+    const std::string id = std::move(fan_out_jobs_.front());
+    fan_out_jobs_.pop_front();
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    if (it->second->pump_slice(budget)) fan_out_jobs_.push_back(id);
+  }
+  if (fan_out_jobs_.empty()) uv_idle_stop(fan_out_.get());
+}
+
+void Runner::cut_off_unread() {
+  if (buffered_has_room()) return;
+  // At the total, the clients that hold a full buffer and have read nothing of it for
+  // stalled_client_timeout_s are cut off: they hold what the clients that do read wait for.
+  const uint64_t now = uv_now(loop_);
+  const uint64_t grace_ms = static_cast<uint64_t>(config_.stalled_client_timeout_s) * 1000;
+  std::vector<Session*> unread;
+  for (const auto& [sid, s] : sessions_) {
+    if (!s->closed() && s->unread() && now - s->last_read_by_client_ms() >= grace_ms) unread.push_back(s);
+  }
+  const size_t cut = unread.size();
+  for (Session* s : unread) s->close();  // what it had not read is in the jobs' histories: it reattaches
+  if (cut > 0) {
+    log_warning("{} bytes queued to clients, at client_buffer_total; cut off {} client(s) that read nothing for {} s",
+                buffered_bytes_, cut, config_.stalled_client_timeout_s);
+  }
+}
+
+Session* Runner::find_session(SessionId id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
 }
 
 void Runner::session_closed(Session& session) {
-  sessions_.erase(&session);
-  if (workspaces_) workspaces_->session_closed(&session);
+  sessions_.erase(session.id());
+  if (workspaces_) workspaces_->session_closed(static_cast<uint64_t>(session.id()));
   for (const auto& id : std::vector<std::string>(session.followed_jobs())) {
     if (auto it = jobs_.find(id); it != jobs_.end()) it->second->unfollow(session);
   }
@@ -491,12 +659,19 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
     auto caller = protocol::parse_identify(parser_, r.params_json);
     if (!caller) return session.send(protocol::encode_error(r.id, caller.error().code, caller.error().message));
     session.set_caller(*caller);  // from now on the session is that caller, nothing more
+    if (sessions_of(session) >= static_cast<size_t>(config_.max_sessions_per_uid)) {
+      session.send(protocol::encode_error(
+          std::nullopt, "runner_full",
+          fmt::format("caller {} has {} sessions open, the most one caller may have (max_sessions_per_uid); try again later",
+                      *caller, config_.max_sessions_per_uid)));
+      return session.close_after_flush();
+    }
     return session.send(protocol::encode_result(r.id, fmt::format("{{\"caller\":\"{}\"}}", *caller)));
   }
   session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
 }
 
-void Runner::refuse_unrecorded(const std::string& job_id, Session* session, int64_t request_id, const Error& e) {
+void Runner::refuse_unrecorded(const std::string& job_id, SessionId session_id, int64_t request_id, const Error& e) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -508,9 +683,8 @@ void Runner::refuse_unrecorded(const std::string& job_id, Session* session, int6
   metrics_.refused(o.reason);
   log_warning("job {}: refused, it could not be recorded: {}", job_id, e.message);
   job.finish_unstarted(o, "the runner could not record the job: " + e.message, kRetryWhenDiskFullMs);
-  if (session && sessions_.count(session) && !job.terminal_json().empty()) {
-    session->send(protocol::with_request_id(request_id, job.terminal_json()));
-  }
+  Session* session = find_session(session_id);
+  if (session && !job.terminal_json().empty()) session->send(protocol::with_request_id(request_id, job.terminal_json()));
 }
 
 void Runner::refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
@@ -655,23 +829,25 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   pending_[*id] = PendingStart{std::move(*params), std::move(*rel), timeout_s, memory, cpus};  // `p` is gone now
   // `accepted` promises the job is on record: it goes out once state.json says so, and the job
   // starts no earlier. If that save fails (a full disk), the job is refused instead.
-  Session* s = &session;
+  session.owe_reply();
   awaiting_record_.insert(*id);
   auto accepted_shared = std::make_shared<std::string>(std::move(accepted));
   request_save(
-      [this, s, request_id = r.id, accepted = accepted_shared, job_id = *id] {
+      [this, sid = session.id(), request_id = r.id, accepted = accepted_shared, job_id = *id] {
         awaiting_record_.erase(job_id);
-        if (sessions_.count(s)) {
+        if (Session* s = find_session(sid)) {
+          s->reply_paid();
           s->send(protocol::with_request_id(request_id, *accepted), Session::kSensitive);
           if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second->follow(*s, request_id, 1);
         }  // else the client left; the job runs on, attachable later
         explicit_bzero(accepted->data(), accepted->size());
         schedule_admission();
       },
-      [this, s, request_id = r.id, accepted = accepted_shared, job_id = *id](const Error& e) {
+      [this, sid = session.id(), request_id = r.id, accepted = accepted_shared, job_id = *id](const Error& e) {
         awaiting_record_.erase(job_id);
         explicit_bzero(accepted->data(), accepted->size());
-        refuse_unrecorded(job_id, s, request_id, e);
+        if (Session* s = find_session(sid)) s->reply_paid();
+        refuse_unrecorded(job_id, sid, request_id, e);
       });
   schedule_admission();
   update_status();
@@ -977,12 +1153,10 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_runner_status(Session& session, const protocol::Request& r) {
-  bool reset_stall = false, with_metrics = false;
-  simdjson::dom::element params;
-  if (!parser_.parse(r.params_json.data(), r.params_json.size()).get(params)) {
-    if (params["reset_stall"].get_bool().get(reset_stall)) reset_stall = false;
-    if (params["metrics"].get_bool().get(with_metrics)) with_metrics = false;
-  }
+  auto reset_stall = protocol::parse_flag(parser_, r.params_json, "reset_stall");
+  if (!reset_stall) return session.send(protocol::encode_error(r.id, reset_stall.error().code, reset_stall.error().message));
+  auto with_metrics = protocol::parse_flag(parser_, r.params_json, "metrics");
+  if (!with_metrics) return session.send(protocol::encode_error(r.id, with_metrics.error().code, with_metrics.error().message));
   update_status();
   JsonWriter w;
   w.begin_object().field("version", kVersion).field("protocol", kProtocolVersion);
@@ -1008,12 +1182,16 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   w.field("disk_free_bytes", free_disk_bytes()).field("disk_free_floor_bytes", config_.disk_free_floor_bytes);
   w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
   w.field("loop_worst_stall_us", stall_.worst_us());
-  if (with_metrics) {
+  w.field("client_buffered_bytes", buffered_bytes_).field("client_buffered_peak_bytes", buffered_peak_bytes_);
+  if (*with_metrics) {
     metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);
     w.field("metrics", metrics_.exposition());
   }
   w.end_object();
-  if (reset_stall) stall_.reset();
+  if (*reset_stall) {
+    stall_.reset();
+    buffered_peak_bytes_ = buffered_bytes_;
+  }
   session.send(protocol::encode_result(r.id, w.str()));
 }
 
@@ -1164,11 +1342,8 @@ void Runner::write_metrics() {
 }
 
 void Runner::handle_drain(Session& session, const protocol::Request& r, bool drain) {
-  bool wait = false;
-  simdjson::dom::element params;
-  if (!parser_.parse(r.params_json.data(), r.params_json.size()).get(params)) {
-    if (params["wait"].get_bool().get(wait)) wait = false;
-  }
+  auto wait = protocol::parse_flag(parser_, r.params_json, "wait");
+  if (!wait) return session.send(protocol::encode_error(r.id, wait.error().code, wait.error().message));
   if (draining_ != drain) {
     draining_ = drain;
     log_info("{} by {}", drain ? "draining: new jobs are refused until resumed" : "resumed: taking new jobs",
@@ -1177,19 +1352,23 @@ void Runner::handle_drain(Session& session, const protocol::Request& r, bool dra
     if (!drain) schedule_admission();
   }
   // The reply promises the flag survives a restart: it goes out once state.json has it.
-  Session* s = &session;
+  session.owe_reply();
   request_save(
-      [this, s, drain, wait, request_id = r.id] {
-        if (!sessions_.count(s)) return;
+      [this, sid = session.id(), drain, wait = *wait, request_id = r.id] {
+        Session* s = find_session(sid);
+        if (!s) return;
         if (drain && wait && (running_jobs() > 0 || !queue_.empty())) {
-          drain_waiters_.emplace_back(s, request_id);  // answered once idle
+          drain_waiters_.emplace_back(sid, request_id);  // answered once idle; the reply stays owed
           return;
         }
+        s->reply_paid();
         s->send(protocol::encode_result(request_id, fmt::format(R"({{"draining":{},"running_jobs":{},"queue_depth":{}}})",
                                                                 draining_, running_jobs(), queue_.size())));
       },
-      [this, s, request_id = r.id](const Error& e) {
-        if (!sessions_.count(s)) return;
+      [this, sid = session.id(), request_id = r.id](const Error& e) {
+        Session* s = find_session(sid);
+        if (!s) return;
+        s->reply_paid();
         s->send(protocol::encode_error(request_id, "runner_disk_full",
                                        "the flag is set but could not be saved yet (it is retried): " + e.message));
       });
@@ -1197,8 +1376,10 @@ void Runner::handle_drain(Session& session, const protocol::Request& r, bool dra
 
 void Runner::answer_drain_waiters() {
   if (drain_waiters_.empty() || running_jobs() > 0 || !queue_.empty()) return;
-  for (auto [session, id] : std::exchange(drain_waiters_, {})) {
-    if (!sessions_.count(session)) continue;
+  for (auto [sid, id] : std::exchange(drain_waiters_, {})) {
+    Session* session = find_session(sid);
+    if (!session) continue;
+    session->reply_paid();
     session->send(protocol::encode_result(id, fmt::format(R"({{"draining":{},"running_jobs":0,"queue_depth":0}})", draining_)));
   }
 }
@@ -1215,9 +1396,11 @@ void Runner::begin_shutdown(int signum) {
     const QueueEntry e = queue_.pop_head();
     pending_.erase(e.job_id);
     if (auto it = jobs_.find(e.job_id); it != jobs_.end()) {
+      // Nobody cancelled it: the runner refuses it now, for the time being (submit it again).
       protocol::Outcome o;
-      o.kind = protocol::Outcome::Kind::kCancelled;
-      it->second->finish_unstarted(o, "the runner shut down before the job started");
+      o.kind = protocol::Outcome::Kind::kRefusedBeforeStart;
+      o.reason = "runner_draining";
+      it->second->finish_unstarted(o, "the runner shut down before the job started; submit it again", kRetryWhenDrainingMs);
     }
   }
   unlink(config_.socket_path.c_str());
@@ -1245,10 +1428,14 @@ void Runner::begin_shutdown(int signum) {
 
 void Runner::maybe_exit() {
   if (running_jobs() > 0) return;
+  // The last records (the terminal ones) go out before the sessions close.
+  while (!fan_out_jobs_.empty()) fan_out_slice();
   state_writer_.stop();  // its last write lands first; then the final state, here
   (void)save_state();
   // Let clients receive their terminal records, then stop.
-  for (Session* s : std::vector<Session*>(sessions_.begin(), sessions_.end())) s->close_after_flush();
+  std::vector<Session*> open;
+  for (const auto& [sid, s] : sessions_) open.push_back(s);
+  for (Session* s : open) s->close_after_flush();
   uv_timer_stop(shutdown_timer_.get());
   uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {
     if (auto* self = reactor::owner_of<Runner>(h)) uv_stop(self->loop_);

@@ -26,6 +26,7 @@
 #include "runner/job_starter.hpp"
 #include "runner/notify.hpp"
 #include "runner/outbound.hpp"
+#include "runner/session_id.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
 #include "runner/vm_host.hpp"
@@ -64,6 +65,14 @@ class Runner {
   void session_closed(Session& session);
   void session_drained(Session& session);
   void handle_frame(Session& session, const std::string& frame);
+  // The open session with this id, or null once it has closed.
+  Session* find_session(SessionId id) const;
+  // Bytes queued to all clients together (client_buffer_total bounds them): past the bound no
+  // stream record goes out, and the clients that read nothing are cut off (they reattach).
+  void buffered_changed(int64_t delta);
+  bool buffered_has_room() const { return buffered_bytes_ < config_.client_buffer_total_bytes; }
+  // A job has followers to feed: they are fed a slice per loop iteration (fan-out in slices).
+  void schedule_fan_out(const std::string& job_id);
 
   // From jobs. State changes are saved once per loop iteration, however many jobs changed in
   // it: a save (write, fsync, rename, fsync) costs milliseconds, and 20 jobs starting at once
@@ -107,9 +116,9 @@ class Runner {
   void handle_drain(Session& session, const protocol::Request& request, bool drain);
   void answer_drain_waiters();
   void write_metrics();
-  std::vector<std::pair<Session*, int64_t>> drain_waiters_;
+  std::vector<std::pair<SessionId, int64_t>> drain_waiters_;
   // A job whose first save failed: it ends as refused (runner_disk_full), and `session` hears it.
-  void refuse_unrecorded(const std::string& job_id, Session* session, int64_t request_id, const Error& e);
+  void refuse_unrecorded(const std::string& job_id, SessionId session, int64_t request_id, const Error& e);
   void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
@@ -141,7 +150,7 @@ class Runner {
   SystemdNotifier notifier_;
   simdjson::dom::parser parser_;
   reactor::UvHandle<uv_pipe_t> listener_;
-  reactor::UvHandle<uv_signal_t> sigterm_, sigint_;
+  reactor::UvHandle<uv_signal_t> sigterm_, sigint_, sighup_;
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
@@ -169,7 +178,19 @@ class Runner {
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
-  std::set<Session*> sessions_;
+  std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)
+  // The sessions of this account (uid), or of this bridged caller, that count against
+  // max_sessions_per_uid; 0 if none.
+  size_t sessions_of(const Session& session) const;
+  void sweep_sessions();  // frame_timeout_s, session_idle_timeout_s
+  void cut_off_unread();  // the total of buffered bytes is over client_buffer_total
+  void fan_out_slice();
+  reactor::UvHandle<uv_timer_t> session_sweep_;
+  reactor::UvHandle<uv_check_t> shedder_;
+  int64_t buffered_bytes_ = 0, buffered_peak_bytes_ = 0;
+  bool wake_followers_ = false;
+  reactor::UvHandle<uv_idle_t> fan_out_;
+  std::deque<std::string> fan_out_jobs_;  // by id: a job may be gone by its turn
   bool draining_ = false;
   bool shutting_down_ = false;
   std::unique_ptr<Outbound> outbound_;  // only when outbound_network is enabled

@@ -56,17 +56,31 @@ Session* Session::accept(Runner& runner, uv_stream_t* server) {
   }
   s->privileged_ = s->peer_uid_ == 0 || s->peer_uid_ == geteuid();
   s->caller_ = user_name(s->peer_uid_);
+  s->last_received_ms_ = s->last_drained_ms_ = uv_now(server->loop);
   runner.session_opened(s);
   if (s->closing_ || s->close_when_flushed_) return s;  // refused by the runner
-  uv_read_start(
-      reinterpret_cast<uv_stream_t*>(&s->pipe_),
+  s->start_reading();
+  return s;
+}
+
+void Session::start_reading() {
+  if (reading_ || closing_ || close_when_flushed_ || framing_error_) return;
+  const int rc = uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&pipe_),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         (void)h;
         *buf = uv_buf_init(read_buf_, sizeof read_buf_);
       },
       [](uv_stream_t* h, ssize_t nread, const uv_buf_t* buf) { static_cast<Session*>(h->data)->on_read(nread, buf); });
-  return s;
+  if (rc != 0) {
+    log_warning("session {}: cannot read from the connection: {}", caller_, uv_strerror(rc));
+    close();
+    return;
+  }
+  reading_ = true;
 }
+
+bool Session::has_room() const { return !closing_ && in_flight_ < room_bytes_ && runner_.buffered_has_room(); }
 
 void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
   if (closing_) return;
@@ -79,18 +93,42 @@ void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
     close();
     return;
   }
+  const uint64_t now = uv_now(pipe_.loop);
+  last_received_ms_ = now;
   frames_.clear();
   auto fed = decoder_.feed(std::string_view(buf->base, static_cast<size_t>(nread)), frames_);
+  for (auto& frame : frames_) pending_.push_back(std::move(frame));
+  // A frame begun and not finished is timed from its first byte (frame_timeout_s).
+  if (!decoder_.mid_frame()) frame_begun_ms_ = 0;
+  else if (frame_begun_ms_ == 0 || !frames_.empty()) frame_begun_ms_ = now;
   // Frames that were complete before a framing error are still answered, in order.
-  for (auto& frame : frames_) {
-    if (closing_ || close_when_flushed_) return;
+  if (!fed) framing_error_ = fed.error();
+  serve_pending();
+}
+
+void Session::serve_pending() {
+  // Replies wait while all clients together are at client_buffer_total, as stream records do.
+  while (!pending_.empty() && !closing_ && !close_when_flushed_ && in_flight_ < room_bytes_ && runner_.buffered_has_room()) {
+    const std::string frame = std::move(pending_.front());
+    pending_.pop_front();
     runner_.handle_frame(*this, frame);
   }
-  if (!fed) {
-    // The framing is broken: nothing after this point can be trusted to be a frame boundary.
-    send(protocol::encode_error(std::nullopt, fed.error().code, fed.error().message));
-    close_after_flush();
+  if (closing_ || close_when_flushed_) return;
+  if (!pending_.empty()) {
+    // The client does not read its replies: read no more requests until it does.
+    if (reading_) {
+      uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe_));
+      reading_ = false;
+    }
+    return;
   }
+  if (framing_error_) {
+    // The framing is broken: nothing after this point can be trusted to be a frame boundary.
+    send(protocol::encode_error(std::nullopt, framing_error_->code, framing_error_->message));
+    close_after_flush();
+    return;
+  }
+  start_reading();
 }
 
 void Session::send(std::string json, bool sensitive) {
@@ -105,6 +143,7 @@ void Session::send(std::string json, bool sensitive) {
   w->sensitive = sensitive;
   w->session = this;
   in_flight_ += w->data.size();
+  runner_.buffered_changed(static_cast<int64_t>(w->data.size()));
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
   const int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&pipe_), &b, 1, [](uv_write_t* req, int) {
     auto* done = reinterpret_cast<WriteRequest*>(req);
@@ -116,6 +155,7 @@ void Session::send(std::string json, bool sensitive) {
   });
   if (rc != 0) {
     in_flight_ -= w->data.size();
+    runner_.buffered_changed(-static_cast<int64_t>(w->data.size()));
     if (w->sensitive) explicit_bzero(w->data.data(), w->data.size());
     delete w;
     close();
@@ -129,18 +169,24 @@ void Session::send(std::string json, bool sensitive) {
 
 void Session::on_write_done(size_t bytes) {
   in_flight_ -= bytes;
+  runner_.buffered_changed(-static_cast<int64_t>(bytes));
   if (closing_) return;
+  last_drained_ms_ = uv_now(pipe_.loop);
   if (close_when_flushed_) {
     if (in_flight_ == 0) close();
     return;
   }
-  if (in_flight_ < room_bytes_) runner_.session_drained(*this);
+  if (in_flight_ < room_bytes_) {
+    serve_pending();
+    if (!closing_ && !close_when_flushed_) runner_.session_drained(*this);
+  }
 }
 
 void Session::close_after_flush() {
   if (closing_) return;
   close_when_flushed_ = true;
-  uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe_));
+  if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe_));
+  reading_ = false;
   if (in_flight_ == 0) close();
 }
 

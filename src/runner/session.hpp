@@ -7,10 +7,14 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "motor/expected.hpp"
 #include "protocol/frame.hpp"
+#include "runner/session_id.hpp"
 
 namespace motor::runner {
 
@@ -21,6 +25,7 @@ class Session {
   // Accepts one connection from `server`; the session registers itself with the runner.
   static Session* accept(Runner& runner, uv_stream_t* server);
 
+  SessionId id() const { return id_; }
   uid_t peer_uid() const { return peer_uid_; }
   gid_t peer_gid() const { return peer_gid_; }
   pid_t peer_pid() const { return peer_pid_; }
@@ -29,7 +34,11 @@ class Session {
   void set_caller(std::string caller) {
     caller_ = std::move(caller);
     privileged_ = false;
+    bridged_ = true;
   }
+  // Named by the bridge: counted per caller name, not per uid (every bridged caller has the
+  // runner account's uid).
+  bool bridged() const { return bridged_; }
   // The operator (root) and the runner's own account (the `connect` bridge) see every job.
   bool privileged() const { return privileged_; }
   bool closed() const { return closing_; }
@@ -39,10 +48,32 @@ class Session {
   static constexpr bool kSensitive = true;
   // `sensitive`: the bytes hold a secret; every copy is wiped once written.
   void send(std::string json, bool sensitive = false);
-  // Stream records go out only while the bytes in flight are below the per-client bound; the
-  // job feeds more when on_drained tells it there is room.
-  bool has_room() const { return !closing_ && in_flight_ < room_bytes_; }
+  // Stream records go out only while the bytes in flight are below the per-client bound and
+  // all sessions together are below the runner's total (client_buffer_total); the job feeds more
+  // when on_drained tells it there is room.
+  bool has_room() const;
   size_t in_flight() const { return in_flight_; }
+  // Not reading: a full per-client buffer. Such sessions are cut off first when the total is hit.
+  bool unread() const { return in_flight_ >= room_bytes_; }
+
+  // Replies the runner owes this session (an `accepted` after a save, a workspace checkout, a
+  // drain to wait for): while any is owed, the session is not idle.
+  void owe_reply() { ++owed_replies_; }
+  void reply_paid() {
+    if (owed_replies_ > 0) --owed_replies_;
+  }
+  // Loop time (ms) since when a frame has been begun and not finished (0: none), and of the last
+  // bytes received.
+  uint64_t frame_begun_ms() const { return frame_begun_ms_; }
+  uint64_t last_received_ms() const { return last_received_ms_; }
+  // Loop time of the last write the client took (or of its connect): how long it has read nothing.
+  uint64_t last_read_by_client_ms() const { return last_drained_ms_; }
+  // Answers requests read while the total had no room (Runner: the total has room again).
+  void resume() { serve_pending(); }
+  // Nothing to wait for: no frame begun, nothing in flight, no reply owed, no job followed.
+  bool quiet() const {
+    return frame_begun_ms_ == 0 && in_flight_ == 0 && owed_replies_ == 0 && followed_.empty() && pending_.empty();
+  }
 
   // Sends what is queued, then closes (after a broken frame or a refused peer).
   void close_after_flush();
@@ -56,11 +87,22 @@ class Session {
   ~Session() = default;
   void on_read(ssize_t nread, const uv_buf_t* buf);
   void on_write_done(size_t bytes);
+  // Answers the frames read so far while the client reads its replies; reading pauses while it
+  // does not (a client that sends requests and never reads cannot grow the runner's memory).
+  void serve_pending();
+  void start_reading();
 
+  static inline uint64_t last_id_ = 0;
+  const SessionId id_{++last_id_};
   uv_pipe_t pipe_{};
   Runner& runner_;
   protocol::FrameDecoder decoder_;
   std::vector<std::string> frames_;
+  std::deque<std::string> pending_;     // frames read and not answered yet
+  std::optional<Error> framing_error_;  // answered after pending_, then the session closes
+  bool reading_ = false;
+  uint64_t frame_begun_ms_ = 0, last_received_ms_ = 0, last_drained_ms_ = 0;
+  int owed_replies_ = 0;
   // One read buffer for all sessions: a read is consumed before the next one starts, and an
   // idle session then costs only its own small state.
   static inline char read_buf_[64 * 1024];
@@ -72,6 +114,7 @@ class Session {
   gid_t peer_gid_ = static_cast<gid_t>(-1);
   pid_t peer_pid_ = 0;
   bool privileged_ = false;
+  bool bridged_ = false;
   std::string caller_;
   std::vector<std::string> followed_;
 };

@@ -1,6 +1,8 @@
 #include "runner/state_store.hpp"
 
 #include <dirent.h>
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,6 +49,17 @@ Expected<PersistedState> decode_state(std::string_view json) {
   simdjson::dom::element root;
   if (auto err = parser.parse(json.data(), json.size()).get(root)) {
     return make_error("state", std::string("state.json is not valid JSON: ") + simdjson::error_message(err));
+  }
+  // A state.json this runner does not know how to read (written by a newer runner, or not a
+  // state file at all) is refused: reading it as version 1 could drop or misread jobs.
+  int64_t version = 0;
+  if (root["version"].get_int64().get(version)) {
+    return make_error("state", "state.json has no whole-number \"version\"; this runner reads version 1");
+  }
+  if (version != 1) {
+    return make_error("state", fmt::format("state.json is version {}; this runner reads version 1 only (was it written "
+                                           "by a newer motor-runner? run that version, or move the state directory aside)",
+                                           version));
   }
   PersistedState st;
   bool draining = false;

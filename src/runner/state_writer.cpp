@@ -9,9 +9,10 @@
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
-#include "runner/state_store.hpp"
+#include "motor/test_switches.hpp"
 #include "runner/helper_process.hpp"
 #include "runner/log.hpp"
+#include "runner/state_store.hpp"
 
 namespace motor::runner {
 namespace {
@@ -31,6 +32,8 @@ constexpr uint64_t kRestartWindowMs = 1000;
     const size_t len = (size_t{h[0]} << 24) | (size_t{h[1]} << 16) | (size_t{h[2]} << 8) | h[3];
     std::string text(len, '\0');
     if (!read_exact(fd, text.data(), len)) _exit(0);
+    // Test build only: a slow disk (include/motor/test_switches.hpp). This is the helper, not the loop.
+    if (const unsigned ms = test_switches().state_save_delay_ms) usleep(ms * 1000);
     auto s = write_state_file(state_dir, text);
     std::string why = s ? std::string() : s.error().message.substr(0, 1000);
     if (!s) log_error("saving state: {}", why);

@@ -67,9 +67,14 @@ Status Runner::start_workspaces() {
 void Runner::handle_workspace(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  Session* s = &session;
-  auto reply = [this, s](std::string json) {
-    if (sessions_.count(s)) s->send(std::move(json));  // else the client left; nothing to tell
+  // Replies may come after a checkout or a scan: by id, never by the session's address.
+  const uint64_t s = static_cast<uint64_t>(session.id());
+  session.owe_reply();  // paid by the reply, which is sent once
+  auto reply = [this, sid = session.id()](std::string json) {
+    Session* live = find_session(sid);
+    if (!live) return;  // the client left; nothing to tell
+    live->reply_paid();
+    live->send(std::move(json));
   };
   const std::string& m = r.method;
   if (m == "workspace.prepare") {
@@ -85,7 +90,7 @@ void Runner::handle_workspace(Session& session, const protocol::Request& r) {
           kRetryWhenDiskFullMs};
     }
     auto transfer_id = new_job_id();
-    if (!transfer_id) return session.send(protocol::encode_error(r.id, "internal", transfer_id.error().message));
+    if (!transfer_id) return reply(protocol::encode_error(r.id, "internal", transfer_id.error().message));
     return workspaces_->prepare(s, session.caller(), r.id, *p, std::move(*transfer_id), refusal, std::move(reply));
   }
   if (m == "workspace.upload") return workspaces_->upload(s, r.id, *p, std::move(reply));
@@ -93,7 +98,7 @@ void Runner::handle_workspace(Session& session, const protocol::Request& r) {
   if (m == "workspace.list") return workspaces_->list(session.caller(), r.id, std::move(reply));
   if (m == "workspace.drop") {
     if (auto st = workspace::validate_workspace_key(p->workspace_key); !st) {
-      return session.send(protocol::encode_error(r.id, "bad_request", st.error().message));
+      return reply(protocol::encode_error(r.id, "bad_request", st.error().message));
     }
     // Only the caller's own jobs in that workspace: the key names nothing of anyone else.
     std::vector<std::string> cancelled;
@@ -119,13 +124,13 @@ void Runner::handle_workspace(Session& session, const protocol::Request& r) {
       reply(protocol::encode_result(id, w.str()));
     };
     if (auto st = workspaces_->drop(session.caller(), p->workspace_key, answer); !st) {
-      return session.send(protocol::encode_error(r.id, st.error().code == "workspace_busy" ? "workspace_busy" : "internal",
+      return reply(protocol::encode_error(r.id, st.error().code == "workspace_busy" ? "workspace_busy" : "internal",
                                                  st.error().message));
     }
     log_info("workspace {}/{} dropped ({} jobs cancelled)", session.caller(), p->workspace_key, cancelled.size());
     return;
   }
-  session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
+  reply(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
 }
 
 std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-", getpid()); }

@@ -153,7 +153,7 @@ std::string refusal_json(const std::string& reason) {
 struct Workspaces::Transfer {
   std::string id, caller, key, repository_root, tree;
   std::string screen_base;  // untrusted: the change is screened from this commit before the checkout
-  const void* session = nullptr;
+  uint64_t session = 0;
   int64_t request_id = 0;
   std::string path;  // the bundle as uploaded so far
   UniqueFd fd;
@@ -415,7 +415,7 @@ std::string Workspaces::final_reply(int64_t request_id, const std::string& trans
   return protocol::encode_result(request_id, w.str());
 }
 
-void Workspaces::prepare(const void* session, const std::string& caller, int64_t request_id,
+void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t request_id,
                          const protocol::WorkspaceParams& p, std::string transfer_id,
                          const std::optional<Refusal>& refusal, Reply reply) {
   auto refuse = [&](std::string reason, std::string detail) {
@@ -481,7 +481,7 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
   reply(protocol::encode_result(request_id, w.str()));
 }
 
-void Workspaces::upload(const void* session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply) {
+void Workspaces::upload(uint64_t session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply) {
   auto it = transfers_.find(p.transfer_id);
   // Another connection's transfer id is treated as unknown: it cannot be continued from here.
   if (it == transfers_.end() || it->second->session != session) {
@@ -530,7 +530,7 @@ void Workspaces::upload(const void* session, int64_t request_id, const protocol:
   reply(protocol::encode_result(request_id, fmt::format(R"({{"transfer_id":"{}","received":{}}})", t.id, t.received)));
 }
 
-void Workspaces::finish(const void* session, const std::string& caller, int64_t request_id,
+void Workspaces::finish(uint64_t session, const std::string& caller, int64_t request_id,
                         const protocol::WorkspaceParams& p, Reply reply) {
   auto it = transfers_.find(p.transfer_id);
   if (it == transfers_.end() || it->second->session != session) {
@@ -821,7 +821,7 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   return {};
 }
 
-void Workspaces::session_closed(const void* session) {
+void Workspaces::session_closed(uint64_t session) {
   for (auto it = transfers_.begin(); it != transfers_.end();) {
     if (it->second->session == session) {
       unlink(it->second->path.c_str());

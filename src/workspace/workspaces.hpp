@@ -75,7 +75,8 @@ class Workspaces {
   Status start();
 
   // workspace.prepare / workspace.upload / workspace.finish / workspace.list. `session` only
-  // identifies the connection: a transfer continues only on the connection that opened it.
+  // identifies the connection (the runner's session id, never reused): a transfer continues
+  // only on the connection that opened it.
   // `refusal` is set by the runner when it takes no work (draining, disk full): a prepare is
   // then refused with it before anything else.
   struct Refusal {
@@ -83,17 +84,17 @@ class Workspaces {
     std::optional<int64_t> retry_after_ms;
   };
   // `transfer_id`: a fresh id (the runner's UUIDv7), used if a bundle must be sent.
-  void prepare(const void* session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
+  void prepare(uint64_t session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
                std::string transfer_id, const std::optional<Refusal>& refusal, Reply reply);
-  void upload(const void* session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply);
-  void finish(const void* session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
+  void upload(uint64_t session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply);
+  void finish(uint64_t session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
               Reply reply);
   void list(const std::string& caller, int64_t request_id, Reply reply);
   // Removes the workspace (its files, the runner's git dir and record). The caller's jobs in it
   // must have been cancelled first. `done(existed)` runs once the files are gone.
   Status drop(const std::string& caller, const std::string& key, std::function<void(bool existed)> done);
   // A connection closed: its unfinished transfers are discarded (transfer_interrupted).
-  void session_closed(const void* session);
+  void session_closed(uint64_t session);
 
   // A prepare is rewriting this workspace: its jobs wait.
   bool busy(const std::string& caller, const std::string& key) const;

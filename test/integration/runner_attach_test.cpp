@@ -341,7 +341,7 @@ TEST_F(RunnerAttach, RunReattachesByItselfAndNeverRerunsTheJob) {
   int status = 0;
   for (int i = 0; i < 1000 && waitpid(client, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(WIFEXITED(status)) << read_file(runner_->dir() + "/client.out");
-  EXPECT_EQ(WEXITSTATUS(status), 70);  // outcome_unknown: the job died with the runner
+  EXPECT_EQ(WEXITSTATUS(status), 71);  // outcome_unknown: the job died with the runner (not 130, not 70)
   const std::string out = read_file(runner_->dir() + "/client.out");
   EXPECT_NE(out.find("outcome is unknown"), std::string::npos) << out;
   EXPECT_EQ(read_file(ws + "/runs"), "ran\n");  // exactly once

@@ -214,7 +214,7 @@ TEST_F(RunnerJobs, KillNineOfTheRunnerThenRestartAccountsForTheJob) {
   EXPECT_EQ(json_field(status.out, "/result/terminal/outcome/type"), "outcome_unknown") << status.out;
   // Its history still ends with that terminal record.
   auto attach = runner_->client({"attach", job_id});
-  EXPECT_EQ(attach.exit_code, 70);
+  EXPECT_EQ(attach.exit_code, 71);  // outcome_unknown: the runner lost it (docs/protocol.md)
   EXPECT_NE(attach.out.find("tree started"), std::string::npos);
 }
 

@@ -1,12 +1,14 @@
 #include "support/runner_harness.hpp"
 
 #include <dirent.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -326,6 +328,52 @@ std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path,
   std::unique_ptr<RawClient> c(new RawClient());
   c->fd_ = sv[0];
   c->bridge_pid_ = pid;
+  return c;
+}
+
+namespace {
+// One byte and room for one fd (SCM_RIGHTS), to pass a socket between processes.
+struct FdMessage {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+}  // namespace
+
+std::unique_ptr<RawClient> RawClient::as_account(const std::string& socket_path, uid_t uid, gid_t gid) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return nullptr;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    if (setgroups(0, nullptr) < 0 || setgid(gid) < 0 || setuid(uid) < 0) _exit(2);
+    RawClient c(socket_path);
+    if (!c.connected()) _exit(3);
+    FdMessage m;
+    cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &c.fd_, sizeof(int));
+    _exit(sendmsg(sv[1], &m.msg, 0) == 1 ? 0 : 4);
+  }
+  close(sv[1]);
+  FdMessage m;
+  const ssize_t n = recvmsg(sv[0], &m.msg, MSG_CMSG_CLOEXEC);
+  close(sv[0]);
+  waitpid(pid, nullptr, 0);
+  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
+  if (n != 1 || !cm || cm->cmsg_type != SCM_RIGHTS) return nullptr;
+  std::unique_ptr<RawClient> c(new RawClient());
+  std::memcpy(&c->fd_, CMSG_DATA(cm), sizeof(int));
   return c;
 }
 

@@ -102,6 +102,9 @@ class RawClient {
   explicit RawClient(const std::string& socket_path);
   // A session through `motor-runner connect --caller NAME`, as ssh would run it for a caller.
   static std::unique_ptr<RawClient> via_bridge(const std::string& socket_path, const std::string& caller);
+  // A connection made by another account: a child switches to `uid`/`gid`, connects (so
+  // SO_PEERCRED names that account) and hands the socket back. Null if that failed.
+  static std::unique_ptr<RawClient> as_account(const std::string& socket_path, uid_t uid, gid_t gid);
   ~RawClient();
   bool connected() const { return fd_ >= 0; }
   bool send_bytes(const std::string& bytes);

@@ -40,6 +40,7 @@ TEST(ExitCodes, TheConstantsAreTheDocumentedOnes) {
   EXPECT_EQ(kExitSoftware, 70);
   EXPECT_EQ(kExitTransient, 75);
   EXPECT_EQ(kExitNoPermission, 77);
+  EXPECT_EQ(kExitDropped, 71);
   EXPECT_EQ(kExitDeadline, 124);
   EXPECT_EQ(kExitCancelled, 130);
 }
@@ -90,13 +91,26 @@ TEST(ExitCodes, PermanentRefusalIs69) {
   }
 }
 
-TEST(ExitCodes, UnknownOutcomeIs70) {
-  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kOutcomeUnknown), kNotKilled), 70);
+// Issue 14.14: a job the runner lost or stopped at its own shutdown is not reported as a Ctrl-C.
+TEST(ExitCodes, AJobTheRunnerDroppedIs71) {
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kOutcomeUnknown), kNotKilled), 71);
+  EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kCancelled), std::optional<std::string>("shutdown")), 71);
+  EXPECT_EQ(exit_code_for(signalled(9), std::optional<std::string>("shutdown")), 71);
   EXPECT_EQ(exit_code_for(of_kind(Outcome::Kind::kHistoryExpired), kNotKilled), 70);
 }
 
 TEST(ExitCodes, UnknownKilledValueIsIgnored) {
-  EXPECT_EQ(exit_code_for(exited(3), std::optional<std::string>("shutdown")), 3);
+  EXPECT_EQ(exit_code_for(exited(3), std::optional<std::string>("something_new")), 3);
+}
+
+TEST(ExitCodes, ErrorsByTheirCode) {
+  EXPECT_EQ(exit_code_for_error("unauthorized"), 77);
+  EXPECT_EQ(exit_code_for_error("runner_full"), 75);      // too many sessions: for now
+  EXPECT_EQ(exit_code_for_error("runner_draining"), 75);
+  EXPECT_EQ(exit_code_for_error("unreachable"), 75);
+  EXPECT_EQ(exit_code_for_error("bad_request"), 64);
+  EXPECT_EQ(exit_code_for_error("internal"), 70);
+  EXPECT_EQ(exit_code_for_error("protocol"), 70);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ TEST_F(RequestTest, WrongTypedId) {
   std::optional<int64_t> id;
   EXPECT_TRUE(contains(error_of(R"({"id":"1","method":"m"})", &id), "field \"id\" must be a whole number, got a string"));
   EXPECT_FALSE(id.has_value());
-  EXPECT_TRUE(contains(error_of(R"({"id":1.5,"method":"m"})"), "field \"id\" must be a whole number, got a number"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1.5,"method":"m"})"), "field \"id\" must be a whole number, got 1.5"));
   EXPECT_TRUE(contains(error_of(R"({"id":null,"method":"m"})"), "field \"id\" must be a whole number, got null"));
   EXPECT_TRUE(contains(error_of(R"({"id":true,"method":"m"})"), "field \"id\" must be a whole number, got a boolean"));
   EXPECT_TRUE(contains(error_of(R"({"id":[1],"method":"m"})"), "field \"id\" must be a whole number, got an array"));
@@ -135,6 +135,60 @@ TEST_F(RequestTest, WrongTypedParams) {
   EXPECT_EQ(id, std::optional<int64_t>(9));
   EXPECT_TRUE(contains(error_of(R"({"id":9,"method":"m","params":"x"})"), "field \"params\" must be an object, got a string"));
   EXPECT_TRUE(contains(error_of(R"({"id":9,"method":"m","params":0})"), "field \"params\" must be an object, got a number"));
+}
+
+// Issue 14.14: numbers, booleans and duplicate keys get answers that say what is wrong.
+TEST_F(RequestTest, AWholeNumberWrittenAsADoubleIsThatNumber) {
+  auto r = parse_request(parser_, R"({"id":5.0,"method":"m"})", nullptr);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->id, 5);
+  auto e = parse_request(parser_, R"({"id":-2e3,"method":"m"})", nullptr);
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  EXPECT_EQ(e->id, -2000);
+}
+
+TEST_F(RequestTest, OutOfRangeNumbersAreNamedAsSuch) {
+  EXPECT_TRUE(contains(error_of(R"({"id":18446744073709551615,"method":"m"})"),
+                       "field \"id\" must be a whole number from -9223372036854775808 to 9223372036854775807, got 18446744073709551615"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1e30,"method":"m"})"), "field \"id\" must be a whole number from -9223372036854775808"));
+  // Past a double's range: a valid JSON number the runner cannot hold, not invalid JSON.
+  const std::string huge = error_of(R"({"id":1,"method":"m","params":{"timeout":1e400}})");
+  EXPECT_TRUE(contains(huge, "number 1e400 is out of range")) << huge;
+  EXPECT_FALSE(contains(huge, "not valid JSON")) << huge;
+  EXPECT_TRUE(contains(error_of(R"({"id":-1e999,"method":"m"})"), "number -1e999 is out of range"));
+  // A malformed number is still called malformed.
+  EXPECT_TRUE(contains(error_of(R"({"id":01,"method":"m"})"), "not valid JSON"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"m","params":{"a":"1e400 in a string","b":1.}})"), "malformed number 1."));
+}
+
+TEST_F(RequestTest, DuplicateKeysAreRefusedAtAnyDepth) {
+  std::optional<int64_t> id;
+  EXPECT_TRUE(contains(error_of(R"({"id":3,"method":"exec.list","method":"runner.drain"})", &id),
+                       "key \"method\" appears twice in one object"));
+  EXPECT_EQ(id, std::optional<int64_t>(3));  // the error can still name the request
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"exec.run","params":{"command":"true","command":"rm -rf ~"}})"),
+                       "key \"command\" appears twice"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"exec.run","params":{"command":"x","env":{"A":"1","A":"2"}}})"),
+                       "key \"A\" appears twice"));
+  EXPECT_TRUE(contains(error_of(R"({"id":1,"method":"m","params":{"l":[{"k":1,"k":2}]}})"), "key \"k\" appears twice"));
+  // The same key in different objects is fine.
+  EXPECT_TRUE(parse_request(parser_, R"({"id":1,"method":"m","params":{"a":{"id":1},"b":{"id":2}}})", nullptr).ok());
+}
+
+TEST(FlagParams, WrongTypedBooleansAreRefused) {
+  simdjson::dom::parser parser;
+  auto absent = parse_flag(parser, "{}", "wait");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(*absent);
+  auto yes = parse_flag(parser, R"({"wait":true})", "wait");
+  ASSERT_TRUE(yes.ok());
+  EXPECT_TRUE(*yes);
+  for (const char* params : {R"({"wait":"yes"})", R"({"wait":1})", R"({"wait":[true]})"}) {
+    auto r = parse_flag(parser, params, "wait");
+    ASSERT_FALSE(r.ok()) << params;
+    EXPECT_EQ(r.error().code, "bad_request");
+    EXPECT_TRUE(contains(r.error().message, "field \"params.wait\" must be a boolean")) << r.error().message;
+  }
 }
 
 // ---- exec.run parameters ----
@@ -227,7 +281,7 @@ TEST_F(RunParamsTest, TimeoutAndItsAlias) {
 TEST_F(RunParamsTest, TimeoutOutOfRange) {
   EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":0})"), "field \"params.timeout\" must be a whole number from 1 to"));
   EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":-1})"), "field \"params.timeout\" must be a whole number from 1"));
-  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":1.5})"), "field \"params.timeout\" must be a whole number from 1"));
+  EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":1.5})"), "field \"params.timeout\" must be a whole number, got 1.5"));
   EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":1e300})"), "field \"params.timeout\""));
   EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout":18446744073709551615})"), "field \"params.timeout\""));
   EXPECT_TRUE(contains(error_of(R"({"command":"x","timeout_s":0})"), "field \"params.timeout_s\""));

@@ -99,12 +99,26 @@ TEST(StateCodec, Errors) {
   ASSERT_FALSE(not_json.ok());
   EXPECT_EQ(not_json.error().code, "state");
   EXPECT_NE(not_json.error().message.find("state.json is not valid JSON"), std::string::npos);
-  auto no_jobs = decode_state(R"({"draining":false})");
+  auto no_jobs = decode_state(R"({"version":1,"draining":false})");
   ASSERT_FALSE(no_jobs.ok());
   EXPECT_NE(no_jobs.error().message.find("no \"jobs\" list"), std::string::npos);
-  auto no_id = decode_state(R"({"jobs":[{"caller":"a"}]})");
+  auto no_id = decode_state(R"({"version":1,"jobs":[{"caller":"a"}]})");
   ASSERT_FALSE(no_id.ok());
   EXPECT_NE(no_id.error().message.find("a job without a job_id"), std::string::npos);
+}
+
+// Issue 14.14: a state.json of another version is refused, never read as version 1.
+TEST(StateCodec, AnotherVersionIsRefused) {
+  auto newer = decode_state(R"({"version":99,"draining":false,"jobs":[]})");
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.error().message.find("version 99"), std::string::npos) << newer.error().message;
+  EXPECT_NE(newer.error().message.find("reads version 1"), std::string::npos) << newer.error().message;
+  auto none = decode_state(R"({"draining":false,"jobs":[]})");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("\"version\""), std::string::npos) << none.error().message;
+  auto text = decode_state(R"({"version":"1","jobs":[]})");
+  EXPECT_FALSE(text.ok());
+  EXPECT_TRUE(decode_state(R"({"version":1,"jobs":[]})").ok());
 }
 
 TEST_F(StateStoreTest, SaveThenLoad) {
