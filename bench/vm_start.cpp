@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   motor::test::write_file(dir + "/runner.conf",
                           motor::test::read_file(dir + "/runner.conf") + "vm_image = " + kGuest + "/base.qcow2\nvm_kernel = " +
                               kGuest + "/vmlinuz\nvm_initrd = " + kGuest +
-                              "/initrd.img\nvm_kernel_cmdline = \"console=ttyS0 panic=-1\"\nallow_emulation = true\nvm_dir = " +
+                              "/initrd.img\nvm_kernel_cmdline = \"console=ttyS0 panic=-1\"\nvm_accelerator = tcg\nallow_emulation = true\nvm_dir = " +
                               dir + "/vm\nvm_data_dir = " + dir + "/vm-data\nvm_data_disk_size = 64M\nvm_memory_overhead = 256M\n");
   if (!runner.start()) {
     fmt::print(stderr, "runner did not start:\n{}\n", runner.log());

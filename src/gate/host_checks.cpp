@@ -339,10 +339,16 @@ HostCheck check_core_scheduling(HostFacts& facts) {
 // Windows jobs (issue 8): whether they are on, and whether they may run without KVM.
 HostCheck check_vm_jobs(const runner::Config& config) {
   if (config.vm_image.empty()) return note("VM jobs", "off (vm_image is not set): platform \"windows\" jobs are refused");
-  if (config.allow_emulation) {
-    return note("VM jobs", "on, and allow_emulation = true: without KVM they run under TCG emulation (slow; meant for tests)");
+  const std::string accelerator = std::string("vm_accelerator = ") + vm::accelerator_name(config.vm_accelerator);
+  if (config.vm_accelerator == vm::Accelerator::kTcg) {
+    return note("VM jobs", "on, " + accelerator + ": they always run under TCG emulation (slow; meant for tests)");
   }
-  return ok("VM jobs", "on, KVM required (allow_emulation = false)");
+  if (config.allow_emulation && config.vm_accelerator == vm::Accelerator::kAuto) {
+    return note("VM jobs", "on, " + accelerator + " and allow_emulation = true: where motor-qemu cannot use KVM they run "
+                           "under TCG emulation (slow; meant for tests)");
+  }
+  return ok("VM jobs", "on, KVM required (" + accelerator + ", allow_emulation = " +
+                           (config.allow_emulation ? "true" : "false") + ")");
 }
 
 HostCheck check_disk_floor(const runner::Config& config) {

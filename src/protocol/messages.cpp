@@ -566,7 +566,9 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   if (!obj.at_key("error").get(e)) {
     m.kind = Message::Kind::kError;
     std::string_view s;
-    if (!e.at_key("code").get_string().get(s)) m.error_code = std::string(s);
+    // Found by fuzz_client_stream: without a code the client printed "motor: : " and exited 70.
+    if (e.at_key("code").get_string().get(s) || s.empty()) return bad("error reply without \"code\"");
+    m.error_code = std::string(s);
     if (!e.at_key("message").get_string().get(s)) m.error_message = std::string(s);
     return m;
   }
@@ -583,6 +585,8 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   if (!obj.at_key("job_id").get_string().get(s)) m.job_id = std::string(s);
   if (m.type == "output") {
     if (obj.at_key("stream").get_string().get(s)) return bad("output record without \"stream\"");
+    // Found by fuzz_client_stream: any other stream's bytes went to the client's stdout.
+    if (s != "stdout" && s != "stderr") return bad("output record whose \"stream\" is neither stdout nor stderr");
     m.stream = std::string(s);
     if (obj.at_key("bytes").get_string().get(s)) return bad("output record without \"bytes\"");
     auto bytes = base64_decode(s);

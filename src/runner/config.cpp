@@ -161,6 +161,10 @@ vm_kernel_cmdline = ""
 libvirt_uri = qemu:///system
 # QEMU without KVM (TCG, software emulation) is refused unless this is true.
 allow_emulation = false
+# auto: KVM when motor-qemu can open /dev/kvm and run a test guest on it and this host's KVM can
+# boot a stock kernel (checked at start), else TCG if allow_emulation = true, else VM jobs are
+# refused. kvm: KVM or refuse. tcg: always TCG (needs allow_emulation = true).
+vm_accelerator = auto
 # Per-job overlays and agent sockets, and per-workspace persistent data disks. Every directory
 # above them must be searchable by motor-qemu.
 vm_dir = /var/lib/motor/vm
@@ -401,7 +405,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 62> kKeys = {{
+const std::array<KeySpec, 63> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -716,6 +720,13 @@ const std::array<KeySpec, 62> kKeys = {{
        c.allow_emulation = v.scalar == "true";
        return std::nullopt;
      }},
+    {"vm_accelerator", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       auto a = vm::parse_accelerator(v.scalar);
+       if (!a) return "expected auto, kvm or tcg, got " + shown(v.scalar);
+       c.vm_accelerator = *a;
+       return std::nullopt;
+     }},
     {"vm_dir", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        if (auto err = check_absolute_dir(v.scalar, false)) return err;
@@ -886,6 +897,10 @@ Expected<Config> parse_config(std::string_view text, std::string_view origin) {
   if (config.default_memory_bytes > config.max_memory_bytes) {
     return cross("default_memory", "max_memory", size_name(config.default_memory_bytes),
                  size_name(config.max_memory_bytes));
+  }
+  if (config.vm_accelerator == vm::Accelerator::kTcg && !config.allow_emulation) {
+    return fail(std::max(line_of("vm_accelerator"), line_of("allow_emulation")), "vm_accelerator",
+                "tcg is emulation, which allow_emulation (false) refuses: set allow_emulation = true");
   }
   return config;
 }

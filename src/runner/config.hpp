@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "vm/accelerator.hpp"
 
 namespace motor::runner {
 
@@ -110,6 +111,8 @@ struct Config {
   std::string vm_kernel, vm_initrd, vm_kernel_cmdline;
   std::string libvirt_uri = "qemu:///system";
   bool allow_emulation = false;
+  // auto: KVM when the probe as motor-qemu says it works, else TCG if allow_emulation.
+  vm::Accelerator vm_accelerator = vm::Accelerator::kAuto;
   std::string vm_dir = "/var/lib/motor/vm";
   std::string vm_data_dir = "/var/lib/motor/vm-data";
   int64_t vm_data_disk_bytes = int64_t{8} << 30;

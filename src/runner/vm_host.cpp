@@ -11,6 +11,7 @@
 #include "reactor/libvirt_loop.hpp"
 #include "reactor/slow_call.hpp"
 #include "runner/log.hpp"
+#include "vm/kvm_probe.hpp"
 
 namespace motor::runner {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const Config& config, co
   if (host->unavailable_) {
     if (!config.vm_image.empty()) log_warning("windows jobs are refused: {}", *host->unavailable_);
   } else {
-    log_info("windows jobs: {} through {}, image {}", host->emulated_ ? "TCG emulation (allow_emulation = true)" : "KVM",
+    log_info("windows jobs: {} through {}, image {}", host->emulated_ ? "TCG emulation (allow_emulation = true)" : "KVM (usable by motor-qemu)",
              config.libvirt_uri, config.vm_image);
   }
   return host;
@@ -139,23 +140,20 @@ void VmHost::setup(const std::string& init_path) {
   lifecycle_callback_ = virConnectDomainEventRegisterAny(conn_, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                                          VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), nullptr, nullptr);
 
-  // KVM, as QEMU and libvirt see it (not just /dev/kvm: a device that cannot run a stock guest
-  // makes libvirt refuse the accelerator).
-  char* caps = nullptr;
-  {
-    reactor::SlowCall timed("asking libvirt for KVM");
-    caps = virConnectGetDomainCapabilities(conn_, nullptr, "x86_64", nullptr, "kvm", 0);
+  // KVM as QEMU will use it: probed as motor-qemu, not asked of libvirt (which probes as root
+  // and reports KVM where motor-qemu cannot open /dev/kvm or the KVM cannot boot a stock kernel).
+  std::optional<std::string> kvm_unusable;
+  if (c.vm_accelerator != vm::Accelerator::kTcg) {
+    reactor::SlowCall timed("probing KVM as motor-qemu");
+    kvm_unusable = vm::kvm_unusable(qemu_account_);
   }
-  if (caps) {
-    free(caps);
-    emulated_ = false;
-  } else if (c.allow_emulation) {
-    emulated_ = true;
-  } else {
-    unavailable_ = "KVM is not available on this host (" + libvirt_error() +
-                   ") and emulation is refused: set allow_emulation = true to run VM jobs under TCG";
+  const vm::AcceleratorChoice choice = vm::choose_accelerator(c.vm_accelerator, c.allow_emulation, kvm_unusable);
+  if (choice.refused) {
+    unavailable_ = *choice.refused;
     return;
   }
+  emulated_ = choice.emulated;
+  if (emulated_ && kvm_unusable) log_info("windows jobs: not KVM because {}", *kvm_unusable);
   recover_leftovers();
 }
 

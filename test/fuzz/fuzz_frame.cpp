@@ -10,15 +10,14 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "protocol/frame.hpp"
+
+using motor::fuzz::check;
 
 using motor::protocol::FrameDecoder;
 
 namespace {
-
-void check(bool ok) {
-  if (!ok) std::abort();
-}
 
 struct Result {
   std::vector<std::string> frames;

@@ -11,18 +11,17 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_check.hpp"
 #include "protocol/base64.hpp"
 #include "protocol/json_writer.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/size.hpp"
 
+using motor::fuzz::check;
+
 namespace p = motor::protocol;
 
 namespace {
-
-void check(bool ok) {
-  if (!ok) std::abort();
-}
 
 bool same_outcome(const p::Outcome& a, const p::Outcome& b) {
   return a.kind == b.kind && a.code == b.code && a.signal == b.signal && a.reason == b.reason;

@@ -1,5 +1,7 @@
-// libFuzzer: a request as a client could send it, through every decoder the runner applies to it
-// (parse_request, then parse_run_params, parse_job_ref and parse_identify on its params).
+// libFuzzer: a request as a client could send it, through every decoder the runner applies to it:
+// parse_request, then each method's params parser on its params (exec.run: parse_run_params;
+// exec.attach, exec.cancel, exec.status: parse_job_ref; runner.identify: parse_identify;
+// workspace.prepare/upload/finish/drop: parse_workspace_params).
 // Checks: no crash or sanitizer report; errors are always bad_request with a message; what is
 // accepted respects the documented bounds.
 #include <simdjson.h>
@@ -11,15 +13,14 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_check.hpp"
 #include "protocol/messages.hpp"
+
+using motor::fuzz::check;
 
 namespace p = motor::protocol;
 
 namespace {
-
-void check(bool ok) {
-  if (!ok) std::abort();
-}
 
 template <typename T>
 void check_error(const motor::Expected<T>& e) {
@@ -59,6 +60,17 @@ void params_decoders(simdjson::dom::parser& parser, std::string_view params) {
   auto caller = p::parse_identify(parser, params);
   check_error(caller);
   if (caller) check(!caller->empty() && caller->size() <= 64);
+  auto workspace = p::parse_workspace_params(parser, params);
+  check_error(workspace);
+  if (workspace) {
+    check(workspace->tree_hash.empty() || p::is_object_id(workspace->tree_hash));
+    check(workspace->commit.empty() || p::is_object_id(workspace->commit));
+    check(workspace->transfer_id.empty() || p::is_job_id(workspace->transfer_id));
+    check(!workspace->offset || *workspace->offset >= 0);
+    check(!workspace->bundle_bytes || *workspace->bundle_bytes >= 0);
+    check(workspace->siblings.size() <= 64);
+    check(workspace->repository_root.size() <= 4096);
+  }
 }
 
 }  // namespace

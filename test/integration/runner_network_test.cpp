@@ -668,7 +668,7 @@ TEST_F(RunnerNetwork, VmPreparationGetsTheOutboundJobsFilteredNetwork) {
   write_file(r->config_path(),
              read_file(r->config_path()) +
                  fmt::format("vm_image = {0}/base.qcow2\nvm_kernel = {0}/vmlinuz\nvm_initrd = {0}/initrd.img\n"
-                             "vm_dir = {1}/vm\nvm_data_dir = {1}/vm-data\nallow_emulation = true\n"
+                             "vm_dir = {1}/vm\nvm_data_dir = {1}/vm-data\nvm_accelerator = tcg\nallow_emulation = true\n"
                              "vm_prepare_command = \"python3 /workspace/probe.py links tcp:198.51.100.7:{2} "
                              "tcp:10.9.9.9:{2}; exit 9\"\n",
                              guest, r->dir(), kPort));

@@ -784,8 +784,11 @@ TEST_F(RecordTest, MalformedMessages) {
   const Case cases[] = {
       {"[1]", "a message must be a JSON object"},
       {R"({"id":1})", "neither \"result\", \"error\" nor \"type\""},
+      {R"({"id":1,"error":{"codA":"bad_request","message":"no"}})", "error reply without \"code\""},
+      {R"({"id":1,"error":{"code":"","message":"no"}})", "error reply without \"code\""},
       {R"({"type":"output","seq":1,"bytes":"eA=="})", "output record without \"stream\""},
       {R"({"type":"output","seq":1,"stream":"stdout"})", "output record without \"bytes\""},
+      {R"({"type":"output","seq":1,"stream":"stdou2","bytes":"eA=="})", "output record whose \"stream\" is neither stdout nor stderr"},
       {R"({"type":"output","seq":1,"stream":"stdout","bytes":"e"})", "\"bytes\" is not base64"},
       {R"({"type":"terminal","job_id":"x"})", "terminal record without \"outcome\""},
       {R"({"type":"terminal","outcome":"exit"})", "\"outcome\" must be an object"},
