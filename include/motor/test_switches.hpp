@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 30> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 37> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -40,6 +40,13 @@ inline constexpr std::array<std::string_view, 30> kWeakenableControls = {
     "seccomp-namespaces",  // seccomp_policy.cpp: ... without unshare/setns/clone flags/clone3
     "seccomp-mount",       // seccomp_policy.cpp: ... without the mount calls
     "seccomp-tiocsti",     // seccomp_policy.cpp: ... without the ioctl rule
+    "seccomp-vsock",       // seccomp_policy.cpp: ... without the AF_VSOCK socket rule
+    "seccomp-uevent",      // seccomp_policy.cpp: ... without the NETLINK_KOBJECT_UEVENT socket rule
+    "init-nondumpable",    // sandbox_plan.cpp: motor-init stays dumpable (/proc/1/mem writable by the job)
+    "pts-max",             // devices.cpp: the job's devpts without max=
+    "proc-masks",          // proc.cpp: /proc/cmdline, boot_id, key-users, config.gz not masked
+    "socket-buffers",      // cgroup_v1.cpp: no memory.kmem.tcp.limit_in_bytes (socket buffers uncharged)
+    "cwd-beneath",         // runner.cpp: --cwd checked with a plain stat() on the host, following symlinks
     "env-filter",          // env_filter.cpp: every requested variable forwarded
     "memory-limit",        // job.cpp: no memory limit on the job's cgroup
     "pids-limit",          // job.cpp: no pids limit on the job's cgroup

@@ -14,7 +14,10 @@
 
 #include "client/connection.hpp"
 #include "motor/fd_io.hpp"
+#include "motor/printable.hpp"
 #include "client/exit_codes.hpp"
+#include "client/screen_command.hpp"
+#include "screen/rules.hpp"
 #include "client/workspace_sync.hpp"
 #include "protocol/json_writer.hpp"
 #include "protocol/size.hpp"
@@ -199,6 +202,7 @@ std::string run_params(const CliOptions& o) {
   if (o.cpus) w.field("cpus", *o.cpus);
   if (o.memory_bytes) w.field("memory", *o.memory_bytes);
   if (o.direct) w.field("direct", true);
+  if (o.untrusted) w.field("untrusted", true);
   if (!o.network.empty()) w.field("network", o.network);
   if (!o.priority.empty()) w.field("priority", o.priority);
   w.end_object();
@@ -247,8 +251,10 @@ void print_list(std::string_view raw) {
       if (!j["outcome"]["code"].get_int64().get(n)) outcome += fmt::format(" {}", n);
       if (!j["outcome"]["signal"].get_int64().get(n)) outcome += fmt::format(" {}", n);
     }
-    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", text("job_id"), text("state"), text("workspace_key"), outcome,
-               text("summary"));
+    // Every field is the runner's or a caller's text: escaped, so no caller writes escape sequences
+    // into the operator's terminal.
+    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", escape_control_chars(text("job_id")), escape_control_chars(text("state")),
+               escape_control_chars(text("workspace_key")), outcome, escape_control_chars(text("summary")));
   }
 }
 
@@ -280,6 +286,11 @@ int report_prepare_failure(const Expected<PrepareOutcome>& r) {
   return r->transient ? kExitTransient : kExitUnavailable;
 }
 
+std::optional<std::string> untrusted_base(const CliOptions& o) {
+  if (!o.untrusted) return std::nullopt;
+  return o.base.empty() ? std::string("HEAD") : o.base;
+}
+
 // run inside a Git checkout: prepare its workspace, then run in the same relative directory.
 // Not in a checkout: the options as they are. A failure carries the exit status ("exit").
 Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
@@ -289,7 +300,7 @@ Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
   if (!checkout) return o;  // not a checkout: run in the workspace as it is
   CliOptions out = o;
   if (!o.workspace_key_given) out.workspace_key = derive_workspace_key(checkout->root);
-  auto prepared = prepare_workspace(conn, *checkout, out.workspace_key, isatty(STDOUT_FILENO) && !o.json);
+  auto prepared = prepare_workspace(conn, *checkout, out.workspace_key, isatty(STDOUT_FILENO) && !o.json, untrusted_base(o));
   if (!prepared || !prepared->prepared) return Error{"exit", std::to_string(report_prepare_failure(prepared))};
   out.repository_root = checkout->root;
   if (out.cwd.empty()) out.cwd = checkout->rel_cwd;
@@ -324,7 +335,7 @@ int run_workspace(const CliOptions& o, Connection& conn) {
     return kExitUsage;
   }
   const std::string key = o.workspace_key_given ? o.workspace_key : derive_workspace_key(checkout->root);
-  auto prepared = prepare_workspace(conn, *checkout, key, isatty(STDOUT_FILENO) && !o.json);
+  auto prepared = prepare_workspace(conn, *checkout, key, isatty(STDOUT_FILENO) && !o.json, untrusted_base(o));
   if (!prepared || !prepared->prepared) return report_prepare_failure(prepared);
   if (o.json) {
     write_all(STDOUT_FILENO, prepared->raw);
@@ -352,6 +363,13 @@ const char* usage_text() {
   motor drain [--wait] | motor resume     (stop taking new jobs / take them again)
   motor workspace prepare [-w KEY]        (send this Git checkout's state to its workspace)
   motor workspace drop KEY | motor workspace list
+  motor run --untrusted [--base REV] ... | motor workspace prepare --untrusted [--base REV]
+                                          (the runner screens the change from REV, default HEAD,
+                                           and runs nothing unless it MAY EXECUTE)
+  motor screen (BASE..HEAD | --diff FILE | --stdin) [--json] | motor screen --rules
+                                          (may this change be executed at all? exit 0 MAY EXECUTE,
+                                           1 DO NOT EXECUTE, 2 error = DO NOT EXECUTE;
+                                           docs/change-screen.md)
 
 Inside a Git checkout, `run` first prepares the checkout's workspace (key -w KEY, else derived
 from the checkout's path), then runs in the same directory relative to its root; --no-sync
@@ -415,6 +433,21 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       if (!v) return v.error();
       if (*v != "interactive" && *v != "batch") return usage("--priority is interactive or batch");
       o.priority = *v;
+    } else if (name == "--untrusted") {
+      o.untrusted = true;
+    } else if (name == "--base") {
+      auto v = value();
+      if (!v) return v.error();
+      if (v->empty() || (*v)[0] == '-') return usage("--base needs a revision, such as origin/main");
+      o.base = *v;
+    } else if (name == "--diff") {
+      auto v = value();
+      if (!v) return v.error();
+      o.screen_diff = *v;
+    } else if (name == "--stdin") {
+      o.screen_stdin = true;
+    } else if (name == "--rules") {
+      o.screen_rules = true;
     } else if (name == "--secret-stdin") {
       o.secret_stdin = true;
     } else if (name == "--secret-file") {
@@ -498,12 +531,25 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       return usage("unknown workspace action \"" + o.workspace_action + "\" (prepare, drop or list)");
     }
     if (o.workspace_action == "drop" && !o.workspace_key_given) return usage("workspace drop needs a key: drop KEY or -w KEY");
+  } else if (o.command == "screen") {
+    if (extra > 1) return usage("screen takes one BASE..HEAD, --diff FILE or --stdin");
+    if (extra == 1) o.screen_range = positional[1];
+    if ((extra == 1) + o.screen_diff.has_value() + o.screen_stdin + o.screen_rules != 1) {
+      return usage("screen needs exactly one of BASE..HEAD, --diff FILE or --stdin");
+    }
   } else if (o.command == "list" || o.command == "drain" || o.command == "resume") {
     if (extra > 0) return usage(o.command + " takes no arguments");
   } else {
-    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel, list, drain, resume or workspace)");
+    return usage("unknown command \"" + o.command + "\" (run, attach, status, cancel, list, drain, resume, workspace or screen)");
   }
   if (o.wait && o.command != "drain") return usage("--wait is for drain");
+  if ((o.screen_diff || o.screen_stdin || o.screen_rules) && o.command != "screen") {
+    return usage("--diff, --stdin and --rules are for screen");
+  }
+  const bool prepares = o.command == "run" || (o.command == "workspace" && o.workspace_action == "prepare");
+  if (o.untrusted && !prepares) return usage("--untrusted is for run and workspace prepare");
+  if (o.untrusted && o.no_sync) return usage("--untrusted screens the checkout it syncs: it cannot go with --no-sync");
+  if (!o.base.empty() && !o.untrusted) return usage("--base goes with --untrusted");
   if (o.no_sync && o.command != "run") return usage("--no-sync is for run");
   if (o.metrics && (o.command != "status" || !o.job_id.empty())) return usage("--metrics is for status without a job");
   if (!o.priority.empty() && o.command != "run") return usage("--priority is for run");
@@ -516,7 +562,22 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
   return o;
 }
 
+bool is_screen_command(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--") return false;
+    if (!a.empty() && a[0] != '-') return a == "screen";
+  }
+  return false;
+}
+
 int run_cli(const CliOptions& o) {
+  if (o.command == "screen" && o.screen_rules) {
+    fmt::print("{}", screen::rules_markdown());
+    return 0;
+  }
+  if (o.command == "screen") {
+    return run_screen(ScreenRequest{.range = o.screen_range, .diff_file = o.screen_diff, .from_stdin = o.screen_stdin, .json = o.json});
+  }
   auto conn = Connection::open(o.socket_path);
   if (!conn) {
     fmt::print(stderr, "motor: {}\n", conn.error().message);

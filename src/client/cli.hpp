@@ -12,7 +12,7 @@
 namespace motor::client {
 
 struct CliOptions {
-  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace
+  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | screen
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
   std::string workspace_key = "default";
   bool workspace_key_given = false;          // -w: else run derives one from the checkout
@@ -37,6 +37,12 @@ struct CliOptions {
   bool wait = false;                         // drain: return once the runner is idle
   bool metrics = false;                      // status: print the Prometheus metrics
   std::string priority;                      // run: interactive | batch
+  bool untrusted = false;                    // run, workspace prepare: the runner screens the change first
+  std::string base;                          // with --untrusted: the trusted base revision (default HEAD)
+  std::string screen_range;                  // screen: BASE..HEAD
+  std::optional<std::string> screen_diff;    // screen --diff FILE
+  bool screen_stdin = false;                 // screen --stdin
+  bool screen_rules = false;                 // screen --rules: print the table (docs/change-screen.md)
 };
 
 inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";
@@ -46,6 +52,10 @@ inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";
 Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket);
 
 const char* usage_text();
+
+// `motor screen` reports every error, a usage error too, as DO NOT EXECUTE with exit 2: true
+// when the command line names that command.
+bool is_screen_command(const std::vector<std::string>& args);
 
 // Runs the parsed command; returns the process exit code.
 int run_cli(const CliOptions& options);

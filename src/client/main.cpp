@@ -7,6 +7,7 @@
 
 #include "client/cli.hpp"
 #include "client/exit_codes.hpp"
+#include "client/screen_command.hpp"
 #include "motor/version.hpp"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,11 @@ int main(int argc, char** argv) {
     }
   }
   auto options = motor::client::parse_cli(args, std::getenv("MOTOR_SOCKET"));
+  if (!options && motor::client::is_screen_command(args)) {
+    bool json = false;
+    for (const auto& a : args) json |= a == "--json";
+    return motor::client::screen_usage_error(options.error().message + " (motor screen --help)", json);
+  }
   if (!options) {
     fmt::print(stderr, "motor: {}\nRun 'motor --help' for usage.\n", options.error().message);
     return motor::client::kExitUsage;

@@ -17,137 +17,14 @@
 
 #include <fmt/format.h>
 
+#include "client/git_process.hpp"
 #include "motor/unique_fd.hpp"
 #include "protocol/base64.hpp"
 #include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 
-extern char** environ;
-
 namespace motor::client {
 namespace {
-
-struct GitRun {
-  int status = -1;
-  std::string out, err;
-  pid_t pid = -1;  // a call started without waiting
-};
-
-// git's absolute path, found on PATH once: every spawn would otherwise search PATH again.
-const std::string& git_path() {
-  static const std::string path = [] {
-    const char* env_path = getenv("PATH");
-    std::string_view dirs = env_path ? env_path : "/usr/bin:/bin";
-    while (!dirs.empty()) {
-      const auto colon = dirs.find(':');
-      const std::string dir(dirs.substr(0, colon));
-      dirs.remove_prefix(colon == std::string_view::npos ? dirs.size() : colon + 1);
-      const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/git";
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    }
-    return std::string("/usr/bin/git");
-  }();
-  return path;
-}
-
-void reap(pid_t pid) {
-  if (pid <= 0) return;
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-}
-
-// What a git call reads and where its output goes (default: nothing in, stdout collected).
-struct GitIo {
-  std::string input;  // written to its stdin (small: it must fit the pipe buffer)
-  int out_fd = -1;    // >= 0: its stdout goes there instead of being collected
-  bool wait = true;   // false: start it and return; `pid` in the result, wait with reap()
-};
-
-// Runs git with the caller's environment plus `extra`; collects stdout and stderr.
-Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra = {},
-                     const GitIo& io = {}) {
-  std::vector<std::string> env_store;
-  for (char** e = environ; *e; ++e) {
-    const std::string_view v(*e);
-    bool overridden = false;
-    for (const auto& x : extra) overridden |= v.substr(0, v.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
-    if (!overridden) env_store.emplace_back(v);
-  }
-  env_store.insert(env_store.end(), extra.begin(), extra.end());
-  std::vector<char*> env, argv;
-  for (auto& e : env_store) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> all{"git"};
-  all.insert(all.end(), args.begin(), args.end());
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2], err[2], in[2] = {-1, -1};
-  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
-  if (!io.input.empty() && pipe2(in, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (in[0] >= 0) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  if (!io.wait) {
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  } else {
-    posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  }
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(out[1]);
-  close(err[1]);
-  UniqueFd o(out[0]), e(err[0]), i_read(in[0]), i_write(in[1]);
-  if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
-  i_read.reset();
-  if (!io.input.empty()) {
-    // A git that already died must not take the client with it: SIGPIPE is held back for the
-    // write (EPIPE then) and a pending one taken away.
-    sigset_t pipe_only, old_mask;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
-    const ssize_t n = write(i_write.get(), io.input.data(), io.input.size());
-    const timespec no_wait{0, 0};
-    while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    if (n != static_cast<ssize_t>(io.input.size())) return Error{"io", "writing to git failed"};
-  }
-  i_write.reset();
-  GitRun r;
-  if (!io.wait) {
-    r.pid = pid;
-    return r;
-  }
-  pollfd fds[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
-  int open_fds = 2;
-  char buf[65536];
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n <= 0) {
-        fds[i].fd = -1;
-        --open_fds;
-        continue;
-      }
-      (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
-    }
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -311,7 +188,7 @@ std::string derive_workspace_key(const std::string& root) {
 }
 
 Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
-                                           bool progress) {
+                                           bool progress, const std::optional<std::string>& untrusted_base) {
   const std::string& root = checkout.root;
   const std::string* objects = &checkout.objects_dir;
   const std::string* index = &checkout.index_path;
@@ -340,10 +217,25 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (auto s = git_ok({"-C", root, "add", "-A", "--", "."}, private_env); !s) return s.error();
   auto tree = git_ok({"-C", root, "write-tree"}, private_env);
   if (!tree) return tree.error();
+  const std::vector<std::string> fixed_identity = {
+      "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
+      "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
+  // Untrusted: the base revision's tree as a parentless commit of its own; the synthetic commit
+  // gets it as a parent, so the bundle carries what the runner needs to screen the change.
+  std::string screen_base;
+  if (untrusted_base) {
+    auto base_tree = git_ok({"-C", root, "rev-parse", "--verify", "-q", "--end-of-options", *untrusted_base + "^{tree}"});
+    if (!base_tree) return Error{"git", "--base " + *untrusted_base + " is not a revision of this checkout"};
+    auto base = git_ok({"--git-dir=" + cache, "commit-tree", *base_tree, "-m", "motor screen base"}, fixed_identity);
+    if (!base) return base.error();
+    screen_base = *base;
+  }
 
   simdjson::dom::parser parser;
   protocol::JsonWriter w;
-  w.begin_object().field("workspace_key", key).field("repository_root", root).field("tree_hash", *tree).end_object();
+  w.begin_object().field("workspace_key", key).field("repository_root", root).field("tree_hash", *tree);
+  if (untrusted_base) w.field("untrusted", true).field("screen_base", screen_base);
+  w.end_object();
   auto id = conn.request("workspace.prepare", w.str());
   if (!id) return Error{"transfer_interrupted", id.error().message};
   auto first = reply_to(conn, *id);
@@ -371,13 +263,14 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   // Prerequisites: what the runner has that we still have; the first becomes the parent, so
   // the pack holds only the objects that differ from it.
   const std::vector<std::string> known = commits_we_have(cache, *objects, have);
-  const std::vector<std::string> fixed_identity = {
-      "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
-      "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
   std::vector<std::string> commit_args = {"--git-dir=" + cache, "commit-tree", *tree, "-m", "motor workspace " + key};
   if (!known.empty()) {
     commit_args.push_back("-p");
     commit_args.push_back(known.front());
+  }
+  if (!screen_base.empty()) {
+    commit_args.push_back("-p");
+    commit_args.push_back(screen_base);
   }
   auto commit = git_ok(commit_args, fixed_identity);
   if (!commit) return commit.error();

@@ -40,8 +40,9 @@ struct PrepareOutcome {
 
 // Builds the synthetic commit and bundle and runs workspace.prepare on `conn`. `progress`:
 // show bytes and rate on stderr while the bundle is sent. Errors are local (git failed, the
-// connection broke: code "transfer_interrupted").
+// connection broke: code "transfer_interrupted"). `untrusted_base`: an untrusted prepare; the
+// runner screens the change from this revision's tree before the checkout (docs/change-screen.md).
 Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
-                                           bool progress);
+                                           bool progress, const std::optional<std::string>& untrusted_base = std::nullopt);
 
 }  // namespace motor::client

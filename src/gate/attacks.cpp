@@ -24,10 +24,12 @@
 #include <simdjson.h>
 
 #include "motor/unique_fd.hpp"
+#include "protocol/json_writer.hpp"
 #include "gate/arrival_listeners.hpp"
 #include "runner/dns_filter.hpp"
 #include "runner/outbound.hpp"
 #include "runner/resolver.hpp"
+#include "sandbox/devices.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/netpolicy.hpp"
 
@@ -35,6 +37,15 @@ namespace motor::gate {
 namespace {
 
 namespace fs = std::filesystem;
+
+// More ptys than a job's devpts instance allows (sandbox/devices.hpp kJobPtyMax), fewer than the
+// fd limit: the pty attack stops there when the limit is missing.
+constexpr int kGatePtyTries = 192;
+static_assert(kGatePtyTries > sandbox::kJobPtyMax);
+// The socket-buffer attack queues at most the ceiling per protocol in a 64 MiB job; reaching the
+// bound means the job's limit did not hold them.
+constexpr long kSocketCeilingMiB = 256;
+constexpr long kSocketBoundMiB = 128;
 
 // Helpers every python attack starts with. A result line is "label=value": value "OK ..." when
 // the operation succeeded, otherwise the errno name (EROFS, ENOENT, EPERM...).
@@ -292,6 +303,7 @@ constexpr std::string_view kSeccompTries = R"PY(TRIES = [
     ('perf_event_open', 298, (0, 0, -1, -1, 0), 'EPERM'), ('userfaultfd', 323, (0xffffffff,), 'EPERM'),
     ('ptrace', 101, (0x7fff, 0, 0, 0), 'EPERM'), ('process_vm_readv', 310, (0, 0, 0, 0, 0, -1), 'EPERM'),
     ('process_vm_writev', 311, (0, 0, 0, 0, 0, -1), 'EPERM'), ('pidfd_getfd', 438, (-1, -1, 0), 'EPERM'),
+    ('kcmp', 312, (0, 0, -1, 0, 0), 'EPERM'), ('modify_ldt', 154, (0, 0, 0), 'EPERM'),
     ('mount', 165, (0, 0, 0, 0, 0), 'EPERM'), ('umount2', 166, (0, 0xffffffff), 'EPERM'),
     ('pivot_root', 155, (0, 0), 'EPERM'), ('chroot', 161, (0,), 'EPERM'),
     ('move_mount', 429, (-1, 0, -1, 0, 0xffffffff), 'EPERM'), ('open_tree', 428, (-1, 0, 0xffffffff), 'EPERM'),
@@ -319,7 +331,8 @@ std::vector<Expect> seccomp_expects() {
   static const std::vector<std::pair<const char*, const char*>> kNames = {
       {"add_key", "EPERM"}, {"request_key", "EPERM"}, {"keyctl", "EPERM"}, {"bpf", "EPERM"},
       {"perf_event_open", "EPERM"}, {"userfaultfd", "EPERM"}, {"ptrace", "EPERM"}, {"process_vm_readv", "EPERM"},
-      {"process_vm_writev", "EPERM"}, {"pidfd_getfd", "EPERM"}, {"mount", "EPERM"}, {"umount2", "EPERM"},
+      {"process_vm_writev", "EPERM"}, {"pidfd_getfd", "EPERM"}, {"kcmp", "EPERM"}, {"modify_ldt", "EPERM"},
+      {"mount", "EPERM"}, {"umount2", "EPERM"},
       {"pivot_root", "EPERM"}, {"chroot", "EPERM"}, {"move_mount", "EPERM"}, {"open_tree", "EPERM"},
       {"fsopen", "EPERM"}, {"fspick", "EPERM"}, {"mount_setattr", "EPERM"}, {"unshare", "EPERM"}, {"setns", "EPERM"},
       {"clone(CLONE_NEWUSER)", "EPERM"}, {"clone(CLONE_NEWNS)", "EPERM"}, {"clone3", "ENOSYS"},
@@ -516,7 +529,9 @@ for where, text in srcs:
       }
       return through(fmt::format("the job saw {} in {}", fmt::join(leaks, ", "), fmt::join(where, ", ")));
     }
-    if (!got.count("forwarded in environment") || !got.count("forwarded in /proc/1/environ")) {
+    // /proc/1/environ is unreadable to the job (motor-init is not dumpable): the command's own
+    // environment is init's, and /proc/self/environ shows it as the kernel holds it.
+    if (!got.count("forwarded in environment") || !got.count("forwarded in /proc/self/environ")) {
       return inconclusive("the forwarded control variable CARGO_GATE_PROBE was not seen: the job's environment could not "
                           "be read (" + r.outcome_text() + "; stderr: " + tail(r.err) + ")");
     }
@@ -535,12 +550,18 @@ Attack ssh_auth_sock() {
   a.description = "pass SSH_AUTH_SOCK in exec.run env";
   a.run = [](AttackEnv& env) {
     auto rq = python_job(env, "", R"PY(P('SSH_AUTH_SOCK in the environment', os.environ.get('SSH_AUTH_SOCK', 'absent'))
-with open('/proc/1/environ', 'rb') as f:
-    P('SSH_AUTH_SOCK in /proc/1/environ', 'present' if b'SSH_AUTH_SOCK' in f.read() else 'absent')
+for p in ('/proc/1/environ', '/proc/self/environ'):
+    try:
+        with open(p, 'rb') as f:
+            P('SSH_AUTH_SOCK in ' + p, 'present' if b'SSH_AUTH_SOCK' in f.read() else 'absent')
+    except OSError as e:
+        P('SSH_AUTH_SOCK in ' + p, 'unreadable (%s)' % _en(e))
 )PY");
     rq.env = {{"SSH_AUTH_SOCK", "/tmp/gate-agent-" + env.new_marker() + ".sock"}};
+    // /proc/1/environ is unreadable while motor-init is not dumpable; readable, it must not hold it.
     return judge_lines(run(env, rq), {{"SSH_AUTH_SOCK in the environment", {"absent"}},
-                                      {"SSH_AUTH_SOCK in /proc/1/environ", {"absent"}}});
+                                      {"SSH_AUTH_SOCK in /proc/1/environ", {"absent", "unreadable (EACCES)"}},
+                                      {"SSH_AUTH_SOCK in /proc/self/environ", {"absent"}}});
   };
   return a;
 }
@@ -738,6 +759,114 @@ T('read ' + REL, lambda: R(REL))
 )PY"));
     if (r.out.find(canary) != std::string::npos) return through("the other caller's secret was read");
     return judge_lines(r, {{"read " + host_file, {"ENOENT"}}, {"read " + rel, {"ENOENT"}}});
+  };
+  return a;
+}
+
+// An untrusted job in workspace `key` (on the host at `host_dir`) that writes a canary there;
+// `ran`: the canary was written or the job started at all.
+struct CanaryRun {
+  JobResult job;
+  bool ran = false;
+};
+CanaryRun untrusted_canary_job(AttackEnv& env, const std::string& key, const std::string& host_dir) {
+  const std::string name = "gate-screen-canary-" + env.new_marker();
+  JobRequest rq;
+  rq.workspace_key = key;
+  rq.untrusted = true;
+  rq.argv = {"/bin/sh", "-c", "echo ran > /workspace/$0", name};
+  rq.timeout_s = 30;
+  CanaryRun c{run(env, rq), false};
+  const std::string host_file = host_dir + "/" + name;
+  c.ran = read_host(host_file) == "ran\n" ||
+          (c.job.have_terminal && c.job.outcome.kind != protocol::Outcome::Kind::kRefusedBeforeStart);
+  ::unlink(host_file.c_str());
+  return c;
+}
+
+// The change screen (docs/change-screen.md): a job of an untrusted run whose workspace's change
+// did not pass the screen must not start. The gate's workspace was never prepared as untrusted.
+Attack unscreened_untrusted_job() {
+  Attack a;
+  a.id = "untrusted-unscreened-job";
+  a.control = "change screen: an untrusted run needs a workspace whose change passed it";
+  a.description = "an untrusted run on a workspace whose change was never screened writes a canary";
+  a.run = [](AttackEnv& env) {
+    auto [r, ran] = untrusted_canary_job(env, env.workspace_key, env.workspace);
+    if (ran) return through("the job ran: " + r.outcome_text());
+    if (r.outcome.reason != "screen_refused") return inconclusive("not refused by the screen: " + r.outcome_text());
+    return stopped("refused before start: " + r.outcome_text());
+  };
+  return a;
+}
+
+// A trusted job of the gate makes the bundle of a real change (a docs base, then a build.rs on
+// top) in its workspace; the gate prepares it as an untrusted workspace and asks for an untrusted
+// job in it. Both must be refused: the job's canary is never written.
+constexpr const char* kScreenBundleScript = R"sh(set -e
+d=$(mktemp -d) && cd "$d" && export HOME="$d"
+export GIT_AUTHOR_NAME=gate GIT_AUTHOR_EMAIL=gate@localhost GIT_COMMITTER_NAME=gate GIT_COMMITTER_EMAIL=gate@localhost
+git init -q . && echo '# docs' > README.md && git add README.md && git commit -qm base
+base=$(git rev-parse HEAD)
+echo 'fn main() { std::fs::write("/workspace/canary", "ran").unwrap(); }' > build.rs
+git add build.rs && git commit -qm change && git update-ref refs/motor/synthetic HEAD
+git bundle create -q "/workspace/$0" refs/motor/synthetic
+echo "$base $(git rev-parse HEAD) $(git rev-parse 'HEAD^{tree}')"
+)sh";
+
+Attack screened_code_change() {
+  Attack a;
+  a.id = "untrusted-code-change";
+  a.control = "change screen: an untrusted prepare of a code change is refused before the checkout";
+  a.description = "prepare an untrusted workspace whose change adds build.rs, then run an untrusted job in it";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string bundle_name = "gate-screen-" + m + ".bundle", key = "gate-screen-" + m;
+    JobRequest make;
+    make.workspace_key = env.workspace_key;
+    make.argv = {"/bin/sh", "-c", kScreenBundleScript, bundle_name};
+    make.timeout_s = 60;
+    auto made = run(env, make);
+    const std::string bundle_path = env.workspace + "/" + bundle_name;
+    const std::string bundle = read_host(bundle_path);
+    ::unlink(bundle_path.c_str());
+    std::istringstream ids(made.out);
+    std::string base, commit, tree;
+    ids >> base >> commit >> tree;
+    if (!made.exited(0) || bundle.empty() || !protocol::is_object_id(tree)) {
+      return inconclusive("the gate's job could not make the change's bundle: " + made.outcome_text() + " " + tail(made.err));
+    }
+    auto session = GateSession::connect_socket(env.socket_path);
+    if (!session) return inconclusive("cannot reach the runner: " + session.error().message);
+    auto& s = **session;
+    protocol::JsonWriter w;
+    w.begin_object().field("workspace_key", key).field("repository_root", "/gate/" + key).field("tree_hash", tree);
+    w.field("untrusted", true).field("screen_base", base).end_object();
+    auto first = s.call("workspace.prepare", w.str(), 60'000);
+    simdjson::dom::parser parser;
+    std::string_view transfer;
+    if (!first || parser.parse(*first)["transfer_id"].get_string().get(transfer)) {
+      return inconclusive("workspace.prepare: " + (first ? *first : first.error().message));
+    }
+    const std::string tid(transfer);
+    protocol::JsonWriter u;
+    u.begin_object().field("transfer_id", tid).field("offset", 0).key("data").base64(bundle).end_object();
+    auto uploaded = s.call("workspace.upload", u.str(), 60'000);
+    protocol::JsonWriter f;
+    f.begin_object().field("transfer_id", tid).field("commit", commit).field("bundle_bytes", bundle.size()).end_object();
+    auto finished = uploaded ? s.call("workspace.finish", f.str(), 120'000) : uploaded;
+    std::string prepare_reason = "?";
+    std::string_view reason;
+    if (finished && !parser.parse(*finished)["outcome"]["reason"].get_string().get(reason)) prepare_reason = std::string(reason);
+    else if (finished && finished->find("\"prepared\"") != std::string::npos) prepare_reason = "prepared";
+    // The untrusted job either way: it must not run.
+    auto [r, ran] = untrusted_canary_job(env, key, env.workspace_root + "/root/" + key);
+    (void)s.call("workspace.drop", fmt::format(R"({{"workspace_key":"{}"}})", key), 60'000);
+    if (ran) return through(fmt::format("the prepare: {}; the job ran: {}", prepare_reason, r.outcome_text()));
+    if (prepare_reason != "screen_refused" || r.outcome.reason != "screen_refused") {
+      return inconclusive(fmt::format("the prepare: {}; the job: {}", prepare_reason, r.outcome_text()));
+    }
+    return stopped("the prepare and the job were refused (screen_refused): " + tail(r.refusal_detail.value_or(""), 200));
   };
   return a;
 }
@@ -1226,6 +1355,134 @@ Attack outbound_dns_private() {
   };
   return a;
 }
+
+// Socket buffers charged to the job: loopback TCP connections and UDP sockets the job never reads,
+// filled until the kernel stops queueing (or the gate's ceiling), in a job limited to 64M.
+Attack socket_buffers() {
+  Attack a;
+  a.id = "socket-buffers";
+  a.control = "socket buffers charged to the job's memory (v1 memory.kmem.tcp.limit_in_bytes; v2 memory.max)";
+  a.description = "queue loopback TCP and UDP buffers nobody reads in a job limited to 64M";
+  a.needs = "memory controller";
+  a.skip = [](const AttackEnv& env) { return need(env.facts.memory_controller, "memory cgroup controller"); };
+  a.run = [](AttackEnv& env) {
+    JobRequest rq = python_job(env, fmt::format("CEILING = {}\n", kSocketCeilingMiB << 20), R"PY(socket.setdefaulttimeout(5)
+buf = b'x' * 65536
+socks = []
+srv = socket.socket()
+srv.bind(('127.0.0.1', 0))
+srv.listen(512)
+tcp = 0
+while tcp < CEILING and len(socks) < 600:
+    c = socket.socket()
+    c.connect(srv.getsockname())
+    s, _ = srv.accept()
+    c.setblocking(False)
+    socks += [c, s]
+    sent = 0
+    try:
+        while tcp < CEILING:
+            n = c.send(buf)
+            sent += n
+            tcp += n
+    except OSError:
+        pass
+    if sent < 65536:
+        break
+P('tcp queued MiB', tcp >> 20)
+for x in socks:
+    x.close()
+socks = []
+time.sleep(0.5)  # the closed connections' buffers are freed (and uncharged) first
+def udp_queued():
+    total = 0
+    for line in open('/proc/net/udp').read().splitlines()[1:]:
+        total += int(line.split()[4].split(':')[1], 16)
+    return total
+udp = 0
+while udp < CEILING and len(socks) < 1200:
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    r.bind(('127.0.0.1', 0))
+    w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    w.setblocking(False)
+    socks += [r, w]
+    before = udp_queued()
+    for i in range(256):
+        try:
+            w.sendto(buf[:60000], r.getsockname())
+        except OSError:
+            break
+    udp = udp_queued()
+    if udp - before < 65536:
+        break
+P('udp queued MiB', udp >> 20)
+)PY");
+    rq.memory = "64M";
+    auto r = run(env, rq);
+    if (auto v = not_run(r)) return *v;
+    const auto got = parse_result_lines(r.out);
+    if (!got.count("tcp queued MiB") || !got.count("udp queued MiB")) {
+      if (r.oom_killed) return stopped("the job was OOM-killed while queueing socket buffers: they are charged to it");
+      return inconclusive("no result (" + r.outcome_text() + "; stderr: " + tail(r.err) + ")");
+    }
+    const long tcp = std::atol(got.at("tcp queued MiB").c_str()), udp = std::atol(got.at("udp queued MiB").c_str());
+    const std::string what = fmt::format("queued {} MiB of TCP and {} MiB of UDP buffers in a 64M job", tcp, udp);
+    if (tcp >= kSocketBoundMiB || udp >= kSocketBoundMiB) {
+      return through(what + fmt::format(" (at least {} MiB: socket buffers are not charged to the job)", kSocketBoundMiB));
+    }
+    return stopped(what + fmt::format(" (below {} MiB: the kernel stopped queueing at the job's limit)", kSocketBoundMiB));
+  };
+  return a;
+}
+
+// --cwd resolved inside the workspace: the job plants a symlink to a host directory that exists
+// and one to a path that does not; a job with either as its cwd must get the same answer.
+Attack cwd_oracle() {
+  Attack a;
+  a.id = "cwd-oracle";
+  a.control = "--cwd resolved beneath the workspace without symlinks (openat2)";
+  a.description = "plant symlinks to an existing and a missing host directory and ask for each as the cwd";
+  a.run = [](AttackEnv& env) {
+    const std::string m = env.new_marker();
+    const std::string present = "gate-cwd-present-" + m, missing = "gate-cwd-missing-" + m;
+    JobRequest plant = python_job(env, fmt::format("A = {}\nB = {}\nM = {}\n", py(present), py(missing), py(m)),
+                                  "os.symlink('/root', '/workspace/' + A)\n"
+                                  "os.symlink('/nonexistent-gate-' + M, '/workspace/' + B)\n"
+                                  "P('planted', 'yes')\n");
+    auto planted = run(env, plant);
+    if (auto v = not_run(planted)) return *v;
+    if (parse_result_lines(planted.out).count("planted") == 0) return inconclusive("the symlinks were not planted: " + tail(planted.err));
+    auto ask = [&](const std::string& cwd) {
+      JobRequest rq;
+      rq.workspace_key = env.workspace_key;
+      rq.argv = {"/bin/true"};
+      rq.cwd = cwd;
+      rq.timeout_s = 20;
+      return run(env, rq);
+    };
+    const JobResult to_present = ask(present), to_missing = ask(missing);
+    std::error_code ec;
+    fs::remove(env.workspace + "/" + present, ec);
+    fs::remove(env.workspace + "/" + missing, ec);
+    for (const auto* r : {&to_present, &to_missing}) {
+      if (!r->error.empty() || !r->have_terminal) return inconclusive("a job could not be run: " + r->error);
+    }
+    const std::string a_text = to_present.outcome_text(), b_text = to_missing.outcome_text();
+    const auto refused = protocol::Outcome::Kind::kRefusedBeforeStart;
+    // The names differ; the answers may not, apart from the name itself.
+    auto unnamed = [](std::string s, const std::string& name) {
+      for (size_t at; (at = s.find(name)) != std::string::npos;) s.replace(at, name.size(), "NAME");
+      return s;
+    };
+    if (to_present.outcome.kind != refused || to_missing.outcome.kind != refused ||
+        unnamed(a_text, present) != unnamed(b_text, missing)) {
+      return through(fmt::format("cwd -> /root (exists on the host): {}; cwd -> a missing path: {}", a_text, b_text));
+    }
+    return stopped("both refused alike: " + a_text);
+  };
+  return a;
+}
 }  // namespace
 
 const char* result_name(Result r) {
@@ -1290,6 +1547,8 @@ T('stat the socket', lambda: os.stat(SOCK) and None)
     out.push_back(std::move(a));
   }
   out.push_back(other_caller());
+  out.push_back(unscreened_untrusted_job());
+  out.push_back(screened_code_change());
   // --- read-only mounts ------------------------------------------------------------------------
   out.push_back(probe_attack("write-usr", "toolchains bound read-only", "create files in /usr and /usr/bin", nullptr,
                              "T('create in /usr', lambda: W('/usr/gate-probe'))\n"
@@ -1305,6 +1564,7 @@ T('stat the socket', lambda: os.stat(SOCK) and None)
                              {"bound /etc directory"}));
   out.push_back(probe_attack("write-root", "root remounted read-only", "create a file in /", nullptr,
                              "T('create in /', lambda: W('/gate-probe'))\n", {{"create in /", {"EROFS"}}}));
+  out.push_back(cwd_oracle());
   out.push_back(dotdot());
   out.push_back(symlink_out());
   out.push_back(hardlink());
@@ -1441,6 +1701,59 @@ T('udp 192.0.2.1:53', udp)
     out.push_back(std::move(a));
   }
   out.push_back(tiocsti());
+  {
+    Attack a = probe_attack("vsock", "seccomp: AF_VSOCK sockets refused",
+                            "create an AF_VSOCK socket (the host's vsock port space, outside the network namespace)",
+                            nullptr, "T('socket(AF_VSOCK, SOCK_STREAM)', lambda: SC(41, 40, 1, 0))\n",
+                            {{"socket(AF_VSOCK, SOCK_STREAM)", {"EPERM"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  {
+    Attack a = probe_attack("uevent-netlink", "seccomp: NETLINK_KOBJECT_UEVENT sockets refused",
+                            "open a netlink socket for the kernel's device events (host pids of processes starting VMs)",
+                            nullptr,
+                            "T('socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT)', lambda: SC(41, 16, 2, 15))\n"
+                            "T('socket(AF_NETLINK, NETLINK_ROUTE) (allowed)', lambda: SC(41, 16, 2, 0))\n",
+                            {{"socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT)", {"EPERM"}},
+                             {"socket(AF_NETLINK, NETLINK_ROUTE) (allowed)", {"OK"}}});
+    a.skip = need_x86_64;
+    out.push_back(std::move(a));
+  }
+  // motor-init is not dumpable: /proc/1/mem, environ and exe are closed to the job, which runs as
+  // the same account (ptrace is refused by seccomp, /proc/PID/mem is not).
+  out.push_back(probe_attack("init-memory", "motor-init non-dumpable (PR_SET_DUMPABLE 0)",
+                             "open motor-init's memory for writing through /proc/1/mem", nullptr,
+                             "T('open /proc/1/mem for writing', lambda: os.close(os.open('/proc/1/mem', os.O_RDWR)))\n"
+                             "T('read /proc/1/environ', lambda: R('/proc/1/environ'))\n"
+                             "T('readlink /proc/1/exe', lambda: os.readlink('/proc/1/exe'))\n",
+                             {{"open /proc/1/mem for writing", {"EACCES"}},
+                              {"read /proc/1/environ", {"EACCES"}},
+                              {"readlink /proc/1/exe", {"EACCES"}}}));
+  out.push_back(probe_attack("pty-exhaust", "the job's devpts instance has max=",
+                             "open ptys until the kernel refuses (all instances share kernel.pty.max)",
+                             [](const AttackEnv&) { return fmt::format("LIMIT = {}\n", kGatePtyTries); },
+                             R"PY(fds = []
+err = 'none'
+for i in range(LIMIT):
+    try:
+        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        err = _en(e)
+        break
+P('ptys opened', len(fds))
+P('the next ptmx open', err if err != 'none' else 'OK (all %d opened)' % LIMIT)
+)PY",
+                             {{"the next ptmx open", {"ENOSPC"}}}, {"ptys opened"}));
+  out.push_back(probe_attack("proc-leaks", "host facts in procfs masked (empty read-only files)",
+                             "read the host's boot command line, boot id, key-users and kernel config", nullptr,
+                             R"PY(for p in ('/proc/cmdline', '/proc/sys/kernel/random/boot_id', '/proc/key-users', '/proc/config.gz'):
+    T('read ' + p, lambda p=p: R(p))
+)PY",
+                             {{"read /proc/cmdline", {"OK (read 0 bytes)"}},
+                              {"read /proc/sys/kernel/random/boot_id", {"OK (read 0 bytes)"}},
+                              {"read /proc/key-users", {"OK (read 0 bytes)"}},
+                              {"read /proc/config.gz", {"OK (read 0 bytes)", "ENOENT"}}}));
   // --- the kernel's knobs -------------------------------------------------------------------------
   out.push_back(hostname());
   out.push_back(sysv_ipc());
@@ -1465,6 +1778,7 @@ T('udp 192.0.2.1:53', udp)
   out.push_back(env_canaries());
   out.push_back(ssh_auth_sock());
   out.push_back(memory_balloon());
+  out.push_back(socket_buffers());
   out.push_back(fork_bomb());
   out.push_back(cpuset());
   out.push_back(daemon());

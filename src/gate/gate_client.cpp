@@ -180,7 +180,7 @@ JobResult GateSession::run(const JobRequest& rq, int timeout_ms,
   const int64_t id = next_id_++;
   protocol::JsonWriter w;
   w.begin_object().field("id", id).field("method", "exec.run").key("params").begin_object();
-  w.field("workspace_key", rq.workspace_key).field("repository_root", "").field("cwd", "");
+  w.field("workspace_key", rq.workspace_key).field("repository_root", "").field("cwd", rq.cwd);
   if (!rq.argv.empty()) {
     w.key("argv").begin_array();
     for (const auto& a : rq.argv) w.string(a);
@@ -195,6 +195,7 @@ JobResult GateSession::run(const JobRequest& rq, int timeout_ms,
   if (!rq.memory.empty()) w.field("memory", rq.memory);
   if (rq.cpus > 0) w.field("cpus", rq.cpus);
   if (!rq.network.empty()) w.field("network", rq.network);
+  if (rq.untrusted) w.field("untrusted", true);
   w.end_object().end_object();
   if (auto s = send(w.str()); !s) {
     r.error = s.error().message;

@@ -34,10 +34,12 @@ struct JobRequest {
   std::string command;                // or a /bin/sh -c command line
   std::vector<std::pair<std::string, std::string>> env;
   std::string workspace_key;
+  std::string cwd;                    // relative to the workspace; "" = its top
   int64_t timeout_s = 60;
   std::string memory;                 // "" = the runner's default
   int64_t cpus = 0;                   // 0 = the runner's default
   std::string network;                // "" = the runner's default (offline); "outbound"
+  bool untrusted = false;             // (ext) only on a workspace whose change passed the screen
 };
 
 // Everything the runner said about one job.

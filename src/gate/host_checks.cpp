@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <shadow.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
@@ -412,6 +413,45 @@ HostCheck check_socket(const std::string& label, const std::string& path, const 
   return ok(label, seen + " (0660 root:" + group_name + ")");
 }
 
+// What every job together may take of two host-wide tables the cgroup limits do not divide: open
+// files (each of a job's up to pids_max tasks may hold the fd limit) and process ids (each job up
+// to pids_max, max_running_jobs at once). Reported as notes with the figures: the operator decides
+// (lower pids_max or the runner's RLIMIT_NOFILE, raise the sysctl); the gate does not guess.
+static std::vector<HostCheck> check_host_tables(const runner::Config& config) {
+  std::vector<HostCheck> out;
+  auto number = [](const char* path) -> int64_t {
+    bool ok = false;
+    const std::string text = trimmed(read_text(path, &ok));
+    return ok ? std::atoll(text.c_str()) : -1;
+  };
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  // The runner raises its soft limit to the hard one, and jobs inherit it.
+  const int64_t fd_limit = nofile.rlim_max == RLIM_INFINITY ? -1 : static_cast<int64_t>(nofile.rlim_max);
+  const int64_t file_max = number("/proc/sys/fs/file-max");
+  const int64_t pid_max = number("/proc/sys/kernel/pid_max");
+  if (file_max > 0 && fd_limit > 0) {
+    const int64_t per_job = config.pids_max * fd_limit;
+    out.push_back(note("host file table (fs.file-max)",
+                       fmt::format("fs.file-max {}; one job may open pids_max {} x fd limit {} = {} files ({}), {} jobs "
+                                   "at once {}; to bound it lower pids_max or the runner's RLIMIT_NOFILE",
+                                   file_max, config.pids_max, fd_limit, per_job,
+                                   per_job >= file_max ? "one job can fill the host's file table" : "below it",
+                                   config.max_running_jobs, per_job * config.max_running_jobs)));
+  }
+  if (pid_max > 0) {
+    const int64_t all = config.pids_max * config.max_running_jobs;
+    const int64_t fill = config.pids_max > 0 ? (pid_max + config.pids_max - 1) / config.pids_max : 0;
+    out.push_back(note("host process ids (kernel.pid_max)",
+                       fmt::format("kernel.pid_max {}; pids_max {} x max_running_jobs {} = {} ({}); to bound it lower "
+                                   "pids_max or max_running_jobs, or raise kernel.pid_max",
+                                   pid_max, config.pids_max, config.max_running_jobs, all,
+                                   all >= pid_max ? fmt::format("{} jobs at their pids limit fill pid_max", fill)
+                                                  : std::string("below it"))));
+  }
+  return out;
+}
+
 std::vector<HostCheck> run_host_checks(const runner::Config& config, HostFacts& facts) {
   std::vector<HostCheck> out;
   utsname u{};
@@ -428,6 +468,7 @@ std::vector<HostCheck> run_host_checks(const runner::Config& config, HostFacts& 
   out.push_back(check_ksm());
   out.push_back(check_core_scheduling(facts));
   out.push_back(check_disk_floor(config));
+  for (auto& c : check_host_tables(config)) out.push_back(std::move(c));
   out.push_back(check_vm_jobs(config));
   return out;
 }

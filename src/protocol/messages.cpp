@@ -226,6 +226,7 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
   r.string("network", [&](std::string s) { p.network = std::move(s); });
   r.string("platform", [&](std::string s) { p.platform = std::move(s); });
   r.boolean("direct", p.direct);
+  r.boolean("untrusted", p.untrusted);
   r.string("priority", [&](std::string s) { p.priority = std::move(s); });
   if (auto env = r.get("env")) {
     object env_obj;
@@ -299,7 +300,10 @@ Expected<WorkspaceParams> parse_workspace_params(simdjson::dom::parser& parser, 
   r.string("data", [&](std::string s) { data = std::move(s); });
   r.string("commit", [&](std::string s) { p.commit = std::move(s); });
   r.integer("bundle_bytes", p.bundle_bytes, 0, INT64_MAX);
+  r.boolean("untrusted", p.untrusted);
+  r.string("screen_base", [&](std::string s) { p.screen_base = std::move(s); });
   if (r.error()) return *r.error();
+  if (!p.screen_base.empty() && !is_object_id(p.screen_base)) return bad("field \"params.screen_base\" is not a git object id");
   if (p.repository_root.size() > 4096 || p.repository_root.find('\n') != std::string::npos) {
     return bad("field \"params.repository_root\" must be one line of at most 4096 bytes");
   }

@@ -44,6 +44,7 @@ struct RunParams {
   std::string platform = "linux";           // (ext) linux | windows
   bool direct = false;                      // (ext)
   std::string priority = "batch";           // (ext) interactive | batch: the admission class
+  bool untrusted = false;                   // (ext) refuse unless the workspace passed the change screen
 };
 Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_view params_json,
                                      size_t max_argument_bytes);
@@ -71,6 +72,8 @@ struct WorkspaceParams {
   std::string data;                    // upload: the bundle bytes (decoded from base64)
   std::string commit;                  // finish: the bundle's commit
   std::optional<int64_t> bundle_bytes; // finish: the bundle's whole size
+  bool untrusted = false;              // prepare (ext): screen the change before the checkout
+  std::string screen_base;             // prepare (ext): the trusted base commit the change is screened from
 };
 Expected<WorkspaceParams> parse_workspace_params(simdjson::dom::parser& parser, std::string_view params_json);
 // 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.

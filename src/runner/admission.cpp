@@ -21,16 +21,7 @@ std::optional<size_t> AdmissionQueue::position(const std::string& job_id) const 
   return std::nullopt;
 }
 
-bool AdmissionQueue::remove(const std::string& job_id) {
-  for (auto& q : classes_) {
-    auto it = std::find_if(q.begin(), q.end(), [&](const QueueEntry& e) { return e.job_id == job_id; });
-    if (it != q.end()) {
-      q.erase(it);
-      return true;
-    }
-  }
-  return false;
-}
+bool AdmissionQueue::remove(const std::string& job_id) { return take(job_id).has_value(); }
 
 const QueueEntry* AdmissionQueue::head() const {
   for (const auto& q : classes_) {
@@ -48,6 +39,27 @@ QueueEntry AdmissionQueue::pop_head() {
     }
   }
   return {};
+}
+
+const QueueEntry* AdmissionQueue::first_not(const std::function<bool(const QueueEntry&)>& waits) const {
+  for (const auto& q : classes_) {
+    for (const auto& e : q) {
+      if (!waits(e)) return &e;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<QueueEntry> AdmissionQueue::take(const std::string& job_id) {
+  for (auto& q : classes_) {
+    auto it = std::find_if(q.begin(), q.end(), [&](const QueueEntry& e) { return e.job_id == job_id; });
+    if (it != q.end()) {
+      QueueEntry e = std::move(*it);
+      q.erase(it);
+      return e;
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<QueueEntry> AdmissionQueue::expire(uint64_t now_ms) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ class AdmissionQueue {
   // The next entry to start: the oldest interactive one, else the oldest batch one.
   const QueueEntry* head() const;
   QueueEntry pop_head();
+  // The first entry in head() order for which `waits` is false: an entry that waits on something
+  // of its own (a prepare or scan of its workspace) does not hold up the entries behind it.
+  const QueueEntry* first_not(const std::function<bool(const QueueEntry&)>& waits) const;
+  // Removes and returns the entry with this id, if it is queued.
+  std::optional<QueueEntry> take(const std::string& job_id);
   // Removes and returns every entry whose deadline has passed.
   std::vector<QueueEntry> expire(uint64_t now_ms);
 

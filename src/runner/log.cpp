@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "motor/printable.hpp"
+
 namespace motor::runner {
 namespace {
 bool g_journal = false;
@@ -23,9 +25,12 @@ const char* level_name(LogLevel level) {
 
 void log_init() { g_journal = std::getenv("JOURNAL_STREAM") != nullptr; }
 
-void log_message(LogLevel level, std::string_view job_id, std::string_view message) {
+void log_message(LogLevel level, std::string_view job_id, std::string_view raw_message) {
+  // Messages carry callers' text (command lines, keys, paths): escaped, so no caller writes
+  // escape sequences into the terminal of an operator reading the log. One line per message.
+  const std::string message = escape_control_chars(raw_message);
   if (g_journal) {
-    const std::string msg(message);
+    const std::string& msg = message;
     if (job_id.empty()) {
       sd_journal_send("MESSAGE=%s", msg.c_str(), "PRIORITY=%d", static_cast<int>(level), "SYSLOG_IDENTIFIER=motor-runner",
                       nullptr);

@@ -31,7 +31,7 @@ inline constexpr std::string_view kRefusalReasons[] = {
     "unreachable",       "runner_version_mismatch", "snapshot_failed",       "workspace_key_rejected",
     "runner_full",       "runner_draining",         "runner_disk_full",      "queue_wait_exceeded",
     "transfer_interrupted", "tree_hash_mismatch",   "bundle_rejected",       "workspace_setup_failed",
-    "network_unsupported", "platform_unsupported"};
+    "network_unsupported", "platform_unsupported",  "screen_refused"};
 
 class Metrics {
  public:

@@ -341,7 +341,7 @@ Status Runner::recover() {
   }
   // Job cgroups that no record names (the runner died between creating one and saving state).
   for (const auto& name : cgroups_->list()) {
-    if (known_cgroups.count(name)) continue;
+    if (known_cgroups.count(name) || name.starts_with(helper_cgroup_prefix())) continue;  // this runner's helper
     if (auto cg = cgroups_->open(name)) {
       log_warning("removing the leftover cgroup {}", name);
       if (auto s = kill_and_remove(**cg); !s) log_warning("removing the leftover cgroup {}: {}", name, s.error().message);
@@ -584,6 +584,15 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   if (auto s = workspace::validate_workspace_key(p.workspace_key); !s) {
     return refuse_job(session, r.id, "workspace_key_rejected", s.error().message);
   }
+  if (p.untrusted) {  // (ext) only workspaces whose change passed the screen (docs/change-screen.md)
+    std::vector<std::string> keys = p.siblings;
+    keys.insert(keys.begin(), p.workspace_key);
+    for (const auto& key : keys) {
+      if (auto why = workspaces_->unscreened_reason(session.caller(), key); !why.empty()) {
+        return refuse_job(session, r.id, "screen_refused", fmt::format("workspace \"{}\": {}", key, why));
+      }
+    }
+  }
   if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
     return refuse_job(session, r.id, "runner_disk_full",
                       fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
@@ -755,18 +764,23 @@ void Runner::expire_queue() {
 }
 
 void Runner::start_next() {
-  const QueueEntry* head = queue_.head();
-  if (!head || shutting_down_) {
-    uv_idle_stop(starter_.get());
+  // A job whose workspace is busy (a prepare or the scan after a job of it runs) waits without
+  // holding up other workspaces' jobs; otherwise FIFO: the first such job waits for room and
+  // nothing jumps ahead of it.
+  const QueueEntry* head = queue_.first_not([this](const QueueEntry& e) {
+    auto j = jobs_.find(e.job_id);
+    return j != jobs_.end() && workspaces_->busy(j->second->caller(), j->second->workspace_key());
+  });
+  if (!head || shutting_down_ || !fits(*head)) {
+    uv_idle_stop(starter_.get());  // admission runs again when a job finishes or a workspace is idle
     return;
   }
-  // FIFO: the head waits for room (and for a prepare of its workspace), nothing jumps ahead.
-  auto head_job = jobs_.find(head->job_id);
-  if (awaiting_record_.count(head->job_id) || !fits(*head) || (head_job != jobs_.end() && workspaces_->busy(head_job->second->caller(), head_job->second->workspace_key()))) {
-    uv_idle_stop(starter_.get());  // admission runs again when a job finishes or is recorded
+  // The job's queued record must be durable before it runs (recovery then knows it was accepted).
+  if (awaiting_record_.count(head->job_id)) {
+    uv_idle_stop(starter_.get());  // admission runs again when the job is recorded
     return;
   }
-  const QueueEntry entry = queue_.pop_head();
+  const QueueEntry entry = *queue_.take(head->job_id);
   if (queue_.empty()) uv_idle_stop(starter_.get());
   auto pending_it = pending_.find(entry.job_id);
   auto job_it = jobs_.find(entry.job_id);
@@ -787,10 +801,16 @@ void Runner::start_next() {
   auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), job.caller(), p.workspace_key,
                                             job_account_.uid, job_account_.gid);
   if (!ws) return refuse("workspace_setup_failed", ws.error().message);
-  const std::string cwd = rel.empty() ? *ws : *ws + "/" + rel;
-  struct stat st {};
-  if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-    return refuse("workspace_setup_failed", "the working directory \"" + rel + "\" does not exist in the workspace");
+  // Resolved inside the workspace only: a symlink the job planted never makes the answer depend on
+  // the host (test build only: "cwd-beneath" falls back to a plain stat as root).
+  if (motor::control_weakened("cwd-beneath")) {
+    struct stat st {};
+    const std::string cwd = rel.empty() ? *ws : *ws + "/" + rel;
+    if (stat(cwd.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+      return refuse("workspace_setup_failed", "the working directory \"" + rel + "\" does not exist in the workspace");
+    }
+  } else if (auto st = workspace::check_dir_beneath(*ws, rel); !st) {
+    return refuse("workspace_setup_failed", st.error().message);
   }
   if (p.platform == "windows") {
     if (!start_vm_job(job, pending, *ws)) return refuse("workspace_setup_failed", "the VM job could not be started");

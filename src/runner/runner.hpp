@@ -80,6 +80,8 @@ class Runner {
   // A job's processes are gone: its workspace is scanned for what it changed, then the job
   // gets the report (Job::set_workspace_report) and finishes.
   void scan_workspace(Job& job);
+  // Names of this runner's workspace helper cgroups start with it (start_workspaces).
+  static std::string helper_cgroup_prefix();
   // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
   workspace::Workspaces* workspaces() { return workspaces_.get(); }
 

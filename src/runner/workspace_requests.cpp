@@ -39,6 +39,19 @@ Status Runner::start_workspaces() {
   ws.mirror_uid = mirror_account->uid;
   ws.mirror_gid = mirror_account->gid;
   ws.max_bundle_bytes = config_.max_bundle_bytes;
+  // Each helper run in a cgroup of its own beside the jobs' (named with this runner's pid, so the
+  // start-up sweep of leftover cgroups never takes a live one; a dead runner's are swept).
+  ws.helper_memory_bytes = config_.default_memory_bytes;
+  ws.helper_cgroup = [this](int64_t memory_bytes) -> Expected<std::vector<std::string>> {
+    static uint64_t counter = 0;
+    sandbox::CgroupLimits limits;
+    limits.memory_bytes = memory_bytes;
+    limits.pids_max = config_.pids_max;
+    auto cg = cgroups_->create(fmt::format("{}{}", helper_cgroup_prefix(), ++counter), limits);
+    if (!cg) return cg.error();
+    return (*cg)->directories();
+  };
+  ws.release_helper_cgroup = [this](std::vector<std::string> dirs) { retire_cgroup(std::move(dirs), "a workspace helper"); };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {
     for (const auto& [id, job] : jobs_) {
       if (job->state() == Job::State::kRunning && job->caller() == caller && job->workspace_key() == key) return true;
@@ -113,8 +126,12 @@ void Runner::handle_workspace(Session& session, const protocol::Request& r) {
   session.send(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
 }
 
+std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-", getpid()); }
+
+// The scan is charged the job's own memory limit: a job cannot plant more for git to load than it
+// could have used itself.
 void Runner::scan_workspace(Job& job) {
-  workspaces_->scan(job.caller(), job.workspace_key(), [this, id = job.id()](workspace::Workspaces::JobReport report) {
+  workspaces_->scan(job.caller(), job.workspace_key(), job.memory_bytes(), [this, id = job.id()](workspace::Workspaces::JobReport report) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
     it->second->set_workspace_report(std::move(report.tree_hash), report.bundle_bytes, std::move(report.fields));

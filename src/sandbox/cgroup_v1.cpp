@@ -17,6 +17,7 @@
 
 #include "motor/sys_error.hpp"
 #include "sandbox/cgroup.hpp"
+#include "motor/test_switches.hpp"
 #include "sandbox/cgroup_internal.hpp"
 
 namespace motor::sandbox {
@@ -283,6 +284,13 @@ class V1Driver final : public CgroupDriver {
       // memsw (memory + swap) must be >= the memory limit, so it is written second.
       if (exists(dir + "/memory.memsw.limit_in_bytes"))
         if (auto st = write_text(dir + "/memory.memsw.limit_in_bytes", value); !st) return st;
+      // Socket buffers: v1 charges them to the cgroup only once its tcp limit is set (then to that
+      // counter, apart from memory.limit_in_bytes), and that counter holds every protocol that
+      // accounts socket memory (TCP, UDP receive queues). Without it a job's queued loopback
+      // buffers are bounded only by the host-wide tcp_mem/udp_mem. (v2: memory.max charges them.)
+      // Test build only: "socket-buffers" leaves it unset.
+      if (!control_weakened("socket-buffers") && exists(dir + "/memory.kmem.tcp.limit_in_bytes"))
+        if (auto st = write_text(dir + "/memory.kmem.tcp.limit_in_bytes", value); !st) return st;
     }
     if (hierarchy == roles_.pids && limits.pids_max > 0)
       if (auto st = write_text(dir + "/pids.max", std::to_string(limits.pids_max)); !st) return st;

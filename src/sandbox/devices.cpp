@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "motor/test_switches.hpp"
+
 namespace motor::sandbox {
 
 void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes) {
@@ -21,9 +23,12 @@ void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes) {
 
   ops.push_back(filesystem_op("tmpfs", "/dev/shm", {{"mode", "1777"}, {"size", std::to_string(shm_size_bytes)}},
                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false));
-  // Every devpts mount is a new instance since Linux 4.7; ptmx inside it is the only way in.
-  ops.push_back(filesystem_op("devpts", "/dev/pts", {{"newinstance", ""}, {"ptmxmode", "0666"}, {"mode", "0620"}},
-                              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false));
+  // Every devpts mount is a new instance since Linux 4.7; ptmx inside it is the only way in. All
+  // instances but the host's share kernel.pty.max - kernel.pty.reserve ptys (3,072 here): without
+  // a max= of its own, one job could take them all and no other job could open a terminal.
+  std::vector<std::pair<std::string, std::string>> pts_options = {{"newinstance", ""}, {"ptmxmode", "0666"}, {"mode", "0620"}};
+  if (!control_weakened("pts-max")) pts_options.emplace_back("max", std::to_string(kJobPtyMax));  // test build only
+  ops.push_back(filesystem_op("devpts", "/dev/pts", std::move(pts_options), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false));
   ops.push_back(symlink_op("/dev/ptmx", "pts/ptmx"));
   ops.push_back(symlink_op("/dev/fd", "/proc/self/fd"));
   ops.push_back(symlink_op("/dev/stdin", "/proc/self/fd/0"));

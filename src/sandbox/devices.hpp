@@ -11,6 +11,10 @@
 
 namespace motor::sandbox {
 
+// Ptys one job's devpts instance may hold at once (devpts max=): a build needs a few, a job that
+// opens more gets ENOSPC.
+inline constexpr int kJobPtyMax = 64;
+
 void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes);
 
 }  // namespace motor::sandbox

@@ -88,8 +88,9 @@ int place(const MountOp& op, int dir, int& fd) {
   const char* name = op.name.c_str();
   switch (op.kind) {
     case MountOpKind::kBind:
+    case MountOpKind::kMask:
     case MountOpKind::kFilesystem: {
-      const bool dir_target = op.kind == MountOpKind::kFilesystem || op.source_is_dir;
+      const bool dir_target = op.kind == MountOpKind::kFilesystem || (op.kind == MountOpKind::kBind && op.source_is_dir);
       if (dir_target) {
         if (mkdirat(dir, name, 0755) != 0 && errno != EEXIST) return errno;
       } else {
@@ -104,7 +105,7 @@ int place(const MountOp& op, int dir, int& fd) {
       const int err = errno;
       close(target);
       if (rc != 0) return err;
-      if (op.kind == MountOpKind::kBind) close_if(fd);  // kFilesystem keeps it for read_only_after
+      if (op.kind != MountOpKind::kFilesystem) close_if(fd);  // kFilesystem keeps it for read_only_after
       return 0;
     }
     case MountOpKind::kFile: {
@@ -224,6 +225,15 @@ MountOp symlink_op(const std::string& target, const std::string& text) {
   return op;
 }
 
+MountOp mask_op(const std::string& target, const std::string& empty_file) {
+  MountOp op;
+  op.kind = MountOpKind::kMask;
+  set_target(op, target);
+  op.source = empty_file;
+  op.stage = "mask " + target;
+  return op;
+}
+
 MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode) {
   MountOp op;
   op.kind = MountOpKind::kCharDevice;
@@ -310,6 +320,18 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const MountOp& op = plan.ops[i];
     stage = op.stage.c_str();
+    if (op.kind == MountOpKind::kMask) {
+      // The empty file was placed by an earlier op (its target sorts first); clone it read-only.
+      scratch.fds[i] = open_tree(root, op.source.c_str() + 1, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+      mount_attr attr{};
+      attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+      attr.propagation = MS_PRIVATE;
+      if (scratch.fds[i] < 0 || mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
+        const int err = errno;
+        close(root);
+        return err;
+      }
+    }
     int dir = -1;
     int err = walk_parents(root, op, dir);
     if (err == 0) {

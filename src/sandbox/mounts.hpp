@@ -24,6 +24,8 @@ enum class MountOpKind {
   kFile,        // a regular file with `content` and `mode`
   kSymlink,     // a symlink with text `source`
   kCharDevice,  // mknod S_IFCHR `device` with `mode`
+  kMask,        // an existing file below another filesystem (procfs) covered by a read-only bind of
+                // the empty file `source` (a path inside the sandbox, placed by an earlier op)
 };
 
 struct MountOp {
@@ -64,6 +66,7 @@ MountOp filesystem_op(const std::string& fstype, const std::string& target,
                       bool read_only_after);
 MountOp file_op(const std::string& target, std::string content, mode_t mode);
 MountOp symlink_op(const std::string& target, const std::string& text);
+MountOp mask_op(const std::string& target, const std::string& empty_file);
 MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode);
 
 // Sorts the ops and refuses duplicate targets.

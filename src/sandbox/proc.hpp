@@ -9,6 +9,11 @@
 
 namespace motor::sandbox {
 
+// Host-wide files of procfs the job sees empty (masked), and the empty file that covers them.
+inline constexpr const char* kMaskedProcFiles[] = {"/proc/cmdline", "/proc/config.gz",
+                                                   "/proc/sys/kernel/random/boot_id", "/proc/key-users"};
+inline constexpr const char* kMaskedEmptyFile = "/.motor/masked";
+
 void plan_proc(std::vector<MountOp>& ops);
 
 }  // namespace motor::sandbox

@@ -258,6 +258,8 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
 
 std::vector<std::string> init_argv(const std::vector<std::string>& command) {
   std::vector<std::string> argv{"motor-init", "--"};
+  // Test build only: motor-init stays dumpable (its memory writable through /proc/1/mem).
+  if (control_weakened("init-nondumpable")) argv.insert(argv.begin() + 1, "--test-keep-dumpable");
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }

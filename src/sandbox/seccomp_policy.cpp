@@ -6,7 +6,9 @@
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <linux/netlink.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -42,6 +44,7 @@ constexpr std::array kTable = {
     SeccompEntry{"process_vm_readv", 310, R::kDeny, "reads another process's memory (ptrace-class access)"},
     SeccompEntry{"process_vm_writev", 311, R::kDeny, "writes another process's memory (ptrace-class access)"},
     SeccompEntry{"pidfd_getfd", 438, R::kDeny, "steals another process's file descriptor (ptrace-class access)"},
+    SeccompEntry{"kcmp", 312, R::kDeny, "compares other processes' kernel objects (ptrace-class; leaks kernel pointers' order)"},
     // The mount table is the sandbox: no call may change it, old API or new.
     SeccompEntry{"mount", 165, R::kDeny, "changes the mount table that is the sandbox"},
     SeccompEntry{"umount2", 166, R::kDeny, "could uncover what the sandbox's mounts hide"},
@@ -79,6 +82,15 @@ constexpr std::array kTable = {
     // Raw I/O ports: direct hardware access.
     SeccompEntry{"iopl", 172, R::kDeny, "raw I/O port access"},
     SeccompEntry{"ioperm", 173, R::kDeny, "raw I/O port access"},
+    // Segment descriptors: 16-bit code and LDT entries, only for emulators of old ABIs; a recurring
+    // source of kernel bugs (espfix, CVE-2015-5157 family).
+    SeccompEntry{"modify_ldt", 154, R::kDeny, "LDT segments: old-ABI emulation only, kernel bug history"},
+    // Channels that bypass the job's network namespace. AF_VSOCK's port space is the host's (here
+    // the hypervisor's): a job could connect to the host agent or hypervisor services. The kernel's
+    // device events (NETLINK_KOBJECT_UEVENT) are not per network namespace for the initial user
+    // namespace's devices: they show host pids of processes starting VMs and every device change.
+    SeccompEntry{"socket", 41, R::kDenyVsockSockets, "AF_VSOCK reaches the host's/hypervisor's vsock ports past the netns"},
+    SeccompEntry{"socket", 41, R::kDenyUeventNetlink, "uevent netlink shows the host's device events and host pids"},
     // Terminal input injection: a job that shares a terminal could type commands into it.
     SeccompEntry{"ioctl", 16, R::kDenyTerminalInjection, "TIOCSTI/TIOCLINUX push input into a terminal another process reads"},
     // io_uring: a second syscall interface that seccomp cannot see into, and a large attack surface.
@@ -104,8 +116,10 @@ bool weakened(const SeccompEntry& entry) {
       {"pivot_root", "seccomp-mount"},       {"chroot", "seccomp-mount"},         {"move_mount", "seccomp-mount"},
       {"open_tree", "seccomp-mount"},        {"fsopen", "seccomp-mount"},         {"fsconfig", "seccomp-mount"},
       {"fsmount", "seccomp-mount"},          {"fspick", "seccomp-mount"},         {"mount_setattr", "seccomp-mount"},
-      {"open_tree_attr", "seccomp-mount"},   {"ioctl", "seccomp-tiocsti"},
+      {"open_tree_attr", "seccomp-mount"},   {"ioctl", "seccomp-tiocsti"},     {"kcmp", "seccomp-ptrace"},
   };
+  if (entry.rule == R::kDenyVsockSockets) return control_weakened("seccomp-vsock");
+  if (entry.rule == R::kDenyUeventNetlink) return control_weakened("seccomp-uevent");
   for (const auto& [name, control] : kGroups) {
     if (name == entry.name) return control_weakened(control);
   }
@@ -165,6 +179,14 @@ Status add_entry(scmp_filter_ctx ctx, const SeccompEntry& entry) {
       }
       break;
     }
+    case R::kDenyVsockSockets:
+      // The kernel reads the domain as int: compare only the low 32 bits.
+      rc = seccomp_rule_add(ctx, eperm, nr, 1, SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_VSOCK));
+      break;
+    case R::kDenyUeventNetlink:
+      rc = seccomp_rule_add(ctx, eperm, nr, 2, SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                            SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffffULL, NETLINK_KOBJECT_UEVENT));
+      break;
   }
   if (rc < 0) return seccomp_error(std::string("rule for ") + entry.name, rc);
   return {};

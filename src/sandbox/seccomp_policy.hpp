@@ -19,6 +19,8 @@ enum class SeccompRule {
                            // cannot read; glibc falls back to clone(2), whose flags are filtered)
   kDenyTerminalInjection,  // ioctl(2): EPERM for TIOCSTI and TIOCLINUX (low 32 bits of the command)
   kDenyPersonalityChange,  // personality(2): EPERM unless PER_LINUX (0) or the query 0xffffffff
+  kDenyVsockSockets,       // socket(2): EPERM for AF_VSOCK (low 32 bits of the domain)
+  kDenyUeventNetlink,      // socket(2): EPERM for AF_NETLINK with protocol NETLINK_KOBJECT_UEVENT
 };
 
 struct SeccompEntry {

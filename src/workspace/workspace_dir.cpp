@@ -1,12 +1,15 @@
 #include "workspace/workspace_dir.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "motor/sys_error.hpp"
+#include "motor/unique_fd.hpp"
 
 namespace motor::workspace {
 namespace {
@@ -41,6 +44,21 @@ Status validate_workspace_key(std::string_view key) {
     return make_error("workspace_key_rejected",
                       "a workspace key is 1 to 128 letters, digits, '-', '_' or '.', and does not start with '.'");
   }
+  return {};
+}
+
+Status check_dir_beneath(const std::string& workspace, const std::string& rel) {
+  const Error missing = make_error("workspace_setup_failed",
+                                   "the working directory \"" + rel +
+                                       "\" does not exist in the workspace (as a directory reached without symlinks)");
+  UniqueFd top(::open(workspace.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!top) return missing;
+  if (rel.empty()) return {};
+  open_how how{};
+  how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd dir(static_cast<int>(syscall(SYS_openat2, top.get(), rel.c_str(), &how, sizeof how)));
+  if (!dir) return missing;
   return {};
 }
 

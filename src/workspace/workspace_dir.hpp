@@ -19,6 +19,13 @@ Status validate_workspace_key(std::string_view key);
 // under repository_root (the caller's view of the checkout); no component may be "..".
 Expected<std::string> relative_cwd(std::string_view repository_root, std::string_view cwd);
 
+// Is `rel` (from relative_cwd) a directory inside `workspace`, reached without any symlink
+// (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)? The path comes from a
+// request and the workspace from a job: a plain stat() as root would follow a symlink the job
+// planted and answer differently for existing and missing host directories. Every failure gives
+// the same answer.
+Status check_dir_beneath(const std::string& workspace, const std::string& rel);
+
 // Creates (if missing) <root>/<caller>/<key>, owned by the job account, mode 0700; the levels
 // above are root-owned 0711 so jobs can reach their own workspace and list nothing.
 Expected<std::string> ensure_workspace_dir(const std::string& root, const std::string& caller, const std::string& key,

@@ -12,11 +12,13 @@
 
 #include <fmt/format.h>
 
+#include "motor/printable.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/unique_fd.hpp"
 #include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 #include "reactor/slow_call.hpp"
+#include "workspace/change_screen.hpp"
 #include "workspace/child_process.hpp"
 #include "workspace/workspace_dir.hpp"
 
@@ -56,6 +58,10 @@ got=$(git rev-parse -q --verify "$commit^{tree}") || { echo "the mirror has no c
 [ "$got" = "$tree" ] || { echo "the commit's tree is $got" >&2; exit 11; }
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
 if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
+  # git would open (and block on) a FIFO or device named like one of its own files; the checkout
+  # replaces the tree anyway.
+  find /workspace \( -name .gitignore -o -name .gitattributes -o -name .gitmodules -o -name .mailmap \) \
+    \( -type p -o -type s -o -type b -o -type c \) -delete 2>/dev/null
   git update-index -q --refresh >/dev/null 2>&1
   git read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
@@ -145,6 +151,7 @@ std::string refusal_json(const std::string& reason) {
 
 struct Workspaces::Transfer {
   std::string id, caller, key, repository_root, tree;
+  std::string screen_base;  // untrusted: the change is screened from this commit before the checkout
   const void* session = nullptr;
   int64_t request_id = 0;
   std::string path;  // the bundle as uploaded so far
@@ -172,6 +179,30 @@ std::string Workspaces::record_path(const std::string& caller, const std::string
   return s_.state_dir + "/workspace-git/" + caller + "/" + key + ".record";
 }
 
+std::string Workspaces::checkout_mark_path(const std::string& caller, const std::string& key) const {
+  return s_.state_dir + "/workspace-git/" + caller + "/" + key + ".checkout";
+}
+
+void Workspaces::run_helper(ChildSpec spec, int64_t memory_bytes, std::function<void(ChildResult)> done) {
+  std::vector<std::string> extra = {"--parent", std::to_string(getpid())};
+  std::vector<std::string> dirs;
+  if (s_.helper_cgroup) {
+    auto cg = s_.helper_cgroup(memory_bytes > 0 ? memory_bytes : s_.helper_memory_bytes);
+    if (!cg) return done(ChildResult{{}, "its cgroup: " + cg.error().message});
+    dirs = std::move(*cg);
+    for (const auto& d : dirs) {
+      extra.push_back("--cgroup");
+      extra.push_back(d);
+    }
+  }
+  spec.argv.insert(spec.argv.begin() + 1, extra.begin(), extra.end());
+  run_child(loop_, std::move(spec), [alive = alive_, release = s_.release_helper_cgroup, dirs = std::move(dirs),
+                                     done = std::move(done)](ChildResult r) mutable {
+    if (*alive && release && !dirs.empty()) release(std::move(dirs));
+    done(std::move(r));
+  });
+}
+
 Status Workspaces::start() {
   // Mirrors and uploads belong to the mirror account and are out of every job's reach; the
   // runner's per-workspace git dirs sit below a root-only directory.
@@ -188,6 +219,7 @@ Status Workspaces::start() {
   }
   // Records of prepared workspaces: <state>/workspace-git/<caller>/<key>.record.
   const std::string base = s_.state_dir + "/workspace-git";
+  std::vector<std::pair<std::string, std::string>> interrupted;  // checkouts a dead runner left half-done
   if (DIR* callers = opendir(base.c_str())) {
     while (dirent* c = readdir(callers)) {
       const std::string caller = c->d_name;
@@ -196,6 +228,10 @@ Status Workspaces::start() {
       if (!keys) continue;
       while (dirent* k = readdir(keys)) {
         std::string name = k->d_name;
+        if (name.ends_with(".checkout") && validate_workspace_key(name.substr(0, name.size() - 9))) {
+          interrupted.emplace_back(caller, name.substr(0, name.size() - 9));
+          continue;
+        }
         if (!name.ends_with(".record")) continue;
         const std::string key = name.substr(0, name.size() - 7);
         if (!validate_workspace_key(key)) continue;
@@ -211,6 +247,7 @@ Status Workspaces::start() {
           else if (k2 == "tree") r.tree.tree = v;
           else if (k2 == "bundle_bytes") r.tree.bundle_bytes = std::atoll(v.c_str());
           else if (k2 == "prepared_at_ms") r.tree.prepared_at_ms = std::atoll(v.c_str());
+          else if (k2 == "screened_base" && protocol::is_object_id(v)) r.tree.screened_base = v;
           else if (k2 == "git_present") r.git.present = v == "1";
           else if (k2 == "git_head" && !v.empty()) r.git.head = v;
           else if (k2 == "git_ref" && !v.empty()) r.git.ref = v;
@@ -225,6 +262,19 @@ Status Workspaces::start() {
       closedir(keys);
     }
     closedir(callers);
+  }
+  // A checkout the previous runner did not finish left the workspace part-way: it is dropped
+  // (moved aside at once, emptied in the sandbox), so no job ever sees a half-written tree; the
+  // next prepare checks it out in full.
+  for (const auto& [caller, key] : interrupted) {
+    std::fprintf(stderr, "motor-runner: workspace %s/%s: a checkout was interrupted by the runner's stop; dropping it\n",
+                 caller.c_str(), key.c_str());
+    records_.erase(id_key(caller, key));
+    if (auto st = drop(caller, key, [](bool) {}); !st) {
+      std::fprintf(stderr, "motor-runner: workspace %s/%s: %s\n", caller.c_str(), key.c_str(), st.error().message.c_str());
+      continue;
+    }
+    unlink(checkout_mark_path(caller, key).c_str());
   }
   // Mirrors no record names (their last workspace was dropped, maybe just before a crash) and
   // mirrors moved aside for removal are removed.
@@ -264,6 +314,7 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
+    if (!r.tree.screened_base.empty()) out << "screened_base=" << r.tree.screened_base << "\n";
     // The .git a job left (git_state_changed of the next job compares with it), so a restart
     // does not forget it. Its values are single lines (the scan's output is split on '\n').
     out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
@@ -332,6 +383,15 @@ std::optional<PreparedTree> Workspaces::prepared(const std::string& caller, cons
   return it->second.tree;
 }
 
+std::string Workspaces::unscreened_reason(const std::string& caller, const std::string& key) const {
+  auto it = records_.find(id_key(caller, key));
+  if (it == records_.end()) return "the workspace was never prepared, so its change was not screened (prepare it with --untrusted)";
+  if (it->second.tree.screened_base.empty()) {
+    return "the workspace was not prepared as untrusted, so its change was not screened (prepare it with --untrusted)";
+  }
+  return "";
+}
+
 std::string Workspaces::final_reply(int64_t request_id, const std::string& transfer_id,
                                     const std::optional<Refusal>& refusal, const Record* prepared) const {
   protocol::JsonWriter w;
@@ -365,6 +425,9 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
     if (auto st = validate_workspace_key(sibling); !st) return refuse("workspace_key_rejected", st.error().message);
   }
   if (refusal) return reply(final_reply(request_id, "", refusal, nullptr));
+  if (p.untrusted && p.screen_base.empty()) {
+    return refuse("screen_refused", "an untrusted prepare names the commit its change is screened from (screen_base)");
+  }
   if (p.tree_hash.empty() || p.repository_root.empty() || p.repository_root[0] != '/') {
     return reply(protocol::encode_error(request_id, "bad_request",
                                         "workspace.prepare needs tree_hash and an absolute repository_root"));
@@ -373,7 +436,9 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
   const std::string mirror = mirror_path(caller, p.repository_root);
   // The tree is in the mirror already (the same tree as last time: only the job's changes are
   // undone): no bundle.
-  if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror) {
+  // An untrusted prepare takes this way only if the tree passed the screen from the same base.
+  if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror &&
+                                  (!p.untrusted || it->second.tree.screened_base == p.screen_base)) {
     if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
       return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
     }
@@ -389,6 +454,7 @@ void Workspaces::prepare(const void* session, const std::string& caller, int64_t
   t->key = p.workspace_key;
   t->repository_root = p.repository_root;
   t->tree = p.tree_hash;
+  if (p.untrusted) t->screen_base = p.screen_base;
   t->session = session;
   t->request_id = request_id;
   t->path = s_.state_dir + "/transfers/" + t->id + ".bundle";
@@ -548,7 +614,11 @@ void Workspaces::finish(const void* session, const std::string& caller, int64_t 
       next.tree.tree = shared->tree;
       next.tree.bundle_bytes = shared->received;
       next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
-      checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+      if (shared->screen_base.empty()) {
+        return checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+      }
+      screen_then_checkout(caller, shared->key, std::move(next), shared->screen_base,
+                           reply_when_checked(shared->request_id, shared->id, std::move(reply)));
     });
   });
 }
@@ -578,6 +648,23 @@ void Workspaces::ingest_pack(const std::string& mirror, bool create, std::shared
   run_child(loop_, std::move(spec), std::move(done));
 }
 
+void Workspaces::screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base,
+                                      Checked then) {
+  MirrorScreen spec{.git = s_.git, .env = git_env(), .uid = s_.mirror_uid, .gid = s_.mirror_gid, .mirror = next.mirror,
+                    .base = base, .change = next.tree.commit};
+  screen_in_mirror(loop_, std::move(spec), [this, alive = alive_, caller, key, base, next = std::move(next),
+                                            then = std::move(then)](Expected<screen::Result> r) mutable {
+    if (!*alive) return;
+    if (!r || r->verdict != screen::Verdict::kMayExecute) {
+      settle(id_key(caller, key));  // nothing of the change reached the workspace
+      return then(make_error("screen_refused", r ? screen::summary_line(*r, 1024) : "DO NOT EXECUTE: " + r.error().message),
+                  nullptr);
+    }
+    next.tree.screened_base = base;
+    checkout(caller, key, std::move(next), std::move(then));
+  });
+}
+
 void Workspaces::checkout(const std::string& caller, const std::string& key, Record next, Checked then) {
   const std::string k = id_key(caller, key);
   std::string workspace;
@@ -605,11 +692,24 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.env = git_env();
   spec.timeout_ms = kCheckoutTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
+  // Marked before anything is touched, unmarked once the checkout ended either way (a failure
+  // below removes the record itself): see checkout_mark_path.
+  const std::string mark = checkout_mark_path(caller, key);
+  {
+    reactor::SlowCall timed("marking a checkout");
+    UniqueFd m(::open(mark.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!m || fsync(m.get()) != 0) {
+      const Error e = sys_error("marking the checkout at " + mark);
+      settle(k);
+      return then(e, nullptr);
+    }
+  }
   const uint64_t checkout_start = uv_hrtime();
-  run_child(loop_, std::move(spec), [this, alive = alive_, caller, key, k, next = std::move(next), checkout_start,
-                                     then = std::move(then)](ChildResult r) mutable {
+  run_helper(std::move(spec), 0, [this, alive = alive_, caller, key, k, mark, next = std::move(next), checkout_start,
+                                  then = std::move(then)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
+    unlink(mark.c_str());
     if (!r.ok() && (r.exit_code == 11 || r.exit_code == 13)) {
       // Checked before anything was touched: the workspace and its record are as they were.
       return then(make_error(r.exit_code == 11 ? "tree_hash_mismatch" : "bundle_rejected",
@@ -636,7 +736,7 @@ Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::stri
   return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
     if (!st) {
       const std::string& code = st.error().code;
-      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected";
+      const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected" || code == "screen_refused";
       return reply(final_reply(request_id, transfer_id,
                                Refusal{known ? code : "workspace_setup_failed", st.error().message, std::nullopt}, nullptr));
     }
@@ -708,7 +808,7 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   spec.argv = sandbox_argv(trash_ws, trash_meta, "", kDropScript);
   spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   spec.timeout_ms = kCheckoutTimeoutMs;
-  run_child(loop_, std::move(spec), [alive = alive_, trash, trash_ws, trash_meta, done = std::move(done)](ChildResult r) {
+  run_helper(std::move(spec), 0, [alive = alive_, trash, trash_ws, trash_meta, done = std::move(done)](ChildResult r) {
     if (!*alive) return;
     reactor::SlowCall timed_rm("removing an emptied workspace");
     rmdir(trash_ws.c_str());
@@ -743,7 +843,8 @@ void Workspaces::expire_transfers() {
   }
 }
 
-void Workspaces::scan(const std::string& caller, const std::string& key, std::function<void(JobReport)> done) {
+void Workspaces::scan(const std::string& caller, const std::string& key, int64_t memory_bytes,
+                      std::function<void(JobReport)> done) {
   const std::string k = id_key(caller, key);
   auto it = records_.find(k);
   if (it == records_.end()) return done(JobReport{});  // never prepared: nothing to compare with
@@ -754,9 +855,12 @@ void Workspaces::scan(const std::string& caller, const std::string& key, std::fu
   ChildSpec spec;
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(it->second.tree.workspace_dir, meta_dir(caller, key), it->second.mirror, kScanScript);
+  // git opens every .gitignore/.gitattributes it meets: one that is a FIFO (or a device) would
+  // block it for good. The helper covers such files with an empty one in its own mount namespace.
+  spec.argv.insert(spec.argv.begin() + 1, "--mask-special-git-files");
   spec.env = git_env();
   spec.timeout_ms = kScanTimeoutMs;
-  run_child(loop_, std::move(spec), [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {
+  run_helper(std::move(spec), memory_bytes, [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
     auto rec = records_.find(k);
@@ -768,7 +872,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, std::fu
     if (!report || rec == records_.end()) {
       if (rec != records_.end()) rec->second.dirty = true;
       base.fields.reset();
-      std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), r.describe().c_str());
+      std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), escape_control_chars(r.describe()).c_str());
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
@@ -867,7 +971,7 @@ void Workspaces::maintain_mirror(const std::string& mirror) {
   spec.max_stdout_bytes = 64 * 1024;
   run_child(loop_, std::move(spec), [this, alive = alive_, mirror](ChildResult r) {
     if (!*alive) return;
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), r.describe().c_str());
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), escape_control_chars(r.describe()).c_str());
     MirrorUse& use = mirrors_[mirror];
     use.collecting = false;
     // Prepares that waited for it go on now; all count as users before any starts.
@@ -887,7 +991,7 @@ void Workspaces::remove_mirror_files(const std::string& path) {
   spec.gid = s_.mirror_gid;
   spec.timeout_ms = kMirrorTimeoutMs;
   run_child(loop_, std::move(spec), [path](ChildResult r) {
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), r.describe().c_str());
+    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), escape_control_chars(r.describe()).c_str());
   });
 }
 

@@ -39,6 +39,13 @@ struct WorkspaceSettings {
   gid_t mirror_gid = 0;
   int64_t max_bundle_bytes = int64_t{1} << 30;
   uint64_t transfer_idle_ms = 120000;  // an upload silent this long is discarded
+  // Every sandbox helper run (checkout, scan, drop) is in a cgroup of its own with a memory limit
+  // and the runner's pids limit: `helper_cgroup` makes one and returns its directories (one per
+  // hierarchy), `release_helper_cgroup` takes them back once the helper has exited (the runner
+  // kills anything left and removes them). Unset: no cgroup.
+  std::function<Expected<std::vector<std::string>>(int64_t memory_bytes)> helper_cgroup;
+  std::function<void(std::vector<std::string>)> release_helper_cgroup;
+  int64_t helper_memory_bytes = int64_t{2} << 30;  // checkout and drop; a scan is charged its job's limit
 };
 
 // What a workspace was last prepared to (kept in memory and in <state>/workspace-git).
@@ -49,6 +56,7 @@ struct PreparedTree {
   int64_t bundle_bytes = 0;     // the last prepare's bundle (0: nothing had to be sent)
   int64_t prepared_at_ms = 0;
   int64_t fetch_ms = 0, checkout_ms = 0;  // (ext) the last prepare's two steps on the runner
+  std::string screened_base;    // the base commit the change screen passed this tree from ("": not screened)
 };
 
 class Workspaces {
@@ -99,11 +107,15 @@ class Workspaces {
     int64_t bundle_bytes = 0;
     std::optional<protocol::WorkspaceReportJson> fields;
   };
-  void scan(const std::string& caller, const std::string& key, std::function<void(JobReport)> done);
+  // The scan runs with the job's memory limit (`memory_bytes`; 0: helper_memory_bytes).
+  void scan(const std::string& caller, const std::string& key, int64_t memory_bytes, std::function<void(JobReport)> done);
 
   // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
   // disk from it): nullopt if the workspace was never prepared.
   std::optional<PreparedTree> prepared(const std::string& caller, const std::string& key) const;
+  // Why a job of an untrusted run may not use this workspace ("" when its contents passed the
+  // change screen: docs/change-screen.md).
+  std::string unscreened_reason(const std::string& caller, const std::string& key) const;
   // Lists the prepared tree's files (paths relative to the workspace, as git has them) from
   // the mirror, without reading the workspace a job may have changed. Async (git ls-tree).
   void list_prepared_files(const std::string& caller, const std::string& key,
@@ -136,12 +148,20 @@ class Workspaces {
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
   using Checked = std::function<void(Status, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
+  // Untrusted: screens the change from `base` in the mirror first; checks out only if it may execute.
+  void screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base, Checked then);
   Checked reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const;
   void settle(const std::string& id_key);
   std::string final_reply(int64_t request_id, const std::string& transfer_id, const std::optional<Refusal>& refusal,
                           const Record* prepared) const;
   void expire_transfers();
   std::vector<std::string> git_env() const;
+  // Starts motor-workspace-sandbox (spec.argv from sandbox_argv) in a helper cgroup of its own,
+  // dying with the runner (--parent: PR_SET_PDEATHSIG).
+  void run_helper(ChildSpec spec, int64_t memory_bytes, std::function<void(ChildResult)> done);
+  // A checkout in progress is marked on disk (<meta>.checkout beside the record): a runner that
+  // died during one finds the mark at start and drops the half-written workspace.
+  std::string checkout_mark_path(const std::string& caller, const std::string& key) const;
   std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
                                         const std::string& mirror, const std::string& script) const;
 

@@ -5,7 +5,6 @@
 // a config that weakens a control (pids_max beyond what the gate will push, disk_free_floor = 0)
 // turns exactly its attack or check red.
 #include <dirent.h>
-#include <glob.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,7 +38,8 @@ const std::vector<std::string> kAttacks = {
     "no-new-privs",   "setuid",         "seccomp-mode",   "seccomp-calls",          "ptrace-init",    "keyring",
     "user-namespace", "mount",          "tiocsti",        "hostname",               "sysv-ipc",       "write-proc-sys", "write-sys",
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
-    "daemon",         "timeout"};
+    "daemon",         "timeout",        "vsock",          "uevent-netlink",         "init-memory",    "pty-exhaust",
+    "proc-leaks",     "socket-buffers", "cwd-oracle",     "untrusted-unscreened-job", "untrusted-code-change"};
 // Skipped (host-level) unless the config enables outbound_network; runner_network_test.cpp runs
 // them against a test uplink.
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
@@ -55,16 +55,6 @@ struct GateRun {
   bool passed = false;
   bool parsed = false;
 };
-
-std::vector<std::string> glob_paths(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t g{};
-  if (glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  }
-  globfree(&g);
-  return out;
-}
 
 class Gate : public ::testing::Test {
  protected:
@@ -305,13 +295,21 @@ const std::vector<WeakenedRow>& weakened_rows() {
       {{"job-account"}, {"write-proc-sys"}, {"capabilities", "read-shadow", "hostname", "write-usr"}},
       {{"job-account", "capabilities"}, {"mknod", "capabilities", "write-proc-sys", "hostname"}, {"seccomp-mode", "mount"}},
       {{"seccomp"},
-       {"seccomp-mode", "seccomp-calls", "ptrace-init", "keyring", "user-namespace", "mount", "runner-memory", "tiocsti"},
+       {"seccomp-mode", "seccomp-calls", "ptrace-init", "keyring", "user-namespace", "mount", "runner-memory", "tiocsti",
+        "vsock", "uevent-netlink"},
        {"cgroup-files", "no-new-privs"}},
       {{"seccomp-keyring"}, {"keyring", "seccomp-calls"}, {"seccomp-mode", "ptrace-init", "user-namespace"}},
       {{"seccomp-ptrace"}, {"ptrace-init", "runner-memory", "seccomp-calls"}, {"keyring", "proc-host"}},
       {{"seccomp-namespaces"}, {"user-namespace", "seccomp-calls"}, {"mount", "keyring"}},
       {{"seccomp-mount"}, {"mount", "seccomp-calls"}, {"cgroup-files", "keyring"}},
       {{"seccomp-tiocsti"}, {"tiocsti", "seccomp-calls"}, {"keyring"}},
+      {{"seccomp-vsock"}, {"vsock"}, {"uevent-netlink", "seccomp-calls"}},
+      {{"seccomp-uevent"}, {"uevent-netlink"}, {"vsock", "seccomp-calls"}},
+      {{"init-nondumpable"}, {"init-memory"}, {"ptrace-init", "proc-host", "env-canaries"}},
+      {{"pts-max"}, {"pty-exhaust"}, {"tiocsti"}},
+      {{"proc-masks"}, {"proc-leaks"}, {"proc-host", "write-proc-sys"}},
+      {{"socket-buffers"}, {"socket-buffers"}, {"memory-balloon"}},
+      {{"cwd-beneath"}, {"cwd-oracle"}, {"fs-symlink"}},
       {{"env-filter"}, {"env-canaries", "ssh-auth-sock"}, {"read-shadow"}},
       {{"memory-limit"}, {"memory-balloon"}, {"cpuset"}},
       {{"pids-limit"}, {"fork-bomb"}, {"memory-balloon"}},

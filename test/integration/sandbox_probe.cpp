@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -68,6 +69,15 @@ const SyscallTry kTries[] = {
     {"process_vm_readv", Expect::kEperm, TRY(syscall(SYS_process_vm_readv, 0, nullptr, 0, nullptr, 0, ~0UL))},
     {"process_vm_writev", Expect::kEperm, TRY(syscall(SYS_process_vm_writev, 0, nullptr, 0, nullptr, 0, ~0UL))},
     {"pidfd_getfd", Expect::kEperm, TRY(syscall(SYS_pidfd_getfd, -1, -1, 0))},
+    {"kcmp", Expect::kEperm, TRY(syscall(SYS_kcmp, 0, 0, -1, 0, 0))},
+    {"modify_ldt", Expect::kEperm, TRY(syscall(SYS_modify_ldt, 0, nullptr, 0))},
+    {"socket(AF_VSOCK)", Expect::kEperm, TRY(syscall(SYS_socket, AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0))},
+    {"socket(AF_VSOCK|1<<32)", Expect::kEperm, TRY(syscall(SYS_socket, AF_VSOCK | kHigh, SOCK_STREAM | SOCK_CLOEXEC, 0))},
+    {"socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT)", Expect::kEperm,
+     TRY(syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT))},
+    {"socket(AF_NETLINK, NETLINK_ROUTE)", Expect::kAllowed,
+     TRY(syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_ROUTE))},
+    {"socket(AF_UNIX)", Expect::kAllowed, TRY(syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0))},
     {"mount", Expect::kEperm, TRY(syscall(SYS_mount, nullptr, nullptr, nullptr, 0, nullptr))},
     {"umount2", Expect::kEperm, TRY(syscall(SYS_umount2, nullptr, ~0U))},
     {"pivot_root", Expect::kEperm, TRY(syscall(SYS_pivot_root, nullptr, nullptr))},

@@ -8,6 +8,8 @@
 //    personality values over a wide sample.
 #include <gtest/gtest.h>
 #include <linux/audit.h>
+#include <linux/netlink.h>
+#include <sys/socket.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/ioctl.h>
@@ -171,6 +173,34 @@ TEST(SandboxSeccomp, TerminalInjectionIgnoresHighBits) {
   EXPECT_EQ(run_bpf(p, call(AUDIT_ARCH_X86_64, SYS_clone, CLONE_NEWUSER | SIGCHLD)), kEperm);
   EXPECT_EQ(run_bpf(p, call(AUDIT_ARCH_X86_64, SYS_clone, 0x003d0f00 /* pthread_create */)), SECCOMP_RET_ALLOW);
   EXPECT_EQ(run_bpf(p, call(AUDIT_ARCH_X86_64, SYS_clone3)), SECCOMP_RET_ERRNO | ENOSYS);
+}
+
+}  // namespace
+
+namespace {
+
+seccomp_data socket_call(uint64_t domain, uint64_t type, uint64_t protocol) {
+  seccomp_data d = call(AUDIT_ARCH_X86_64, SYS_socket, domain, type);
+  d.args[2] = protocol;
+  return d;
+}
+
+// Issue 15 items 4 and 8: AF_VSOCK and the kernel's uevent netlink are refused whatever the high
+// bits (the kernel reads int), every other family and netlink protocol passes; the file-only
+// helpers' filter (deny_sockets) still refuses every socket on top of those rules.
+TEST(SandboxSeccomp, VsockAndUeventNetlinkSocketsAreRefused) {
+  const auto& p = program().instructions;
+  EXPECT_EQ(run_bpf(p, socket_call(AF_VSOCK, SOCK_STREAM, 0)), kEperm);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_VSOCK | (1ULL << 32), SOCK_DGRAM, 0)), kEperm);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_NETLINK, SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)), kEperm);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_NETLINK, SOCK_RAW, NETLINK_KOBJECT_UEVENT | (7ULL << 32))), kEperm);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_NETLINK, SOCK_DGRAM, NETLINK_ROUTE)), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_INET, SOCK_STREAM, NETLINK_KOBJECT_UEVENT)), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(run_bpf(p, socket_call(AF_UNIX, SOCK_STREAM, 0)), SECCOMP_RET_ALLOW);
+  auto no_sockets = motor::sandbox::compile_seccomp_policy(true);
+  ASSERT_TRUE(no_sockets) << no_sockets.error().message;
+  EXPECT_EQ(run_bpf(no_sockets->instructions, socket_call(AF_UNIX, SOCK_STREAM, 0)), kEperm);
+  EXPECT_EQ(run_bpf(no_sockets->instructions, socket_call(AF_VSOCK, SOCK_STREAM, 0)), kEperm);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -98,6 +99,16 @@ void write_file(const std::string& path, const std::string& text) {
 std::string unique_marker() {
   std::random_device rd;
   return fmt::format("{}{:06}", getpid() % 1000, rd() % 1000000);
+}
+
+std::vector<std::string> glob_paths(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t g{};
+  if (glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  return out;
 }
 
 std::vector<pid_t> processes_with(const std::string& marker) {

@@ -33,6 +33,8 @@ void write_file(const std::string& path, const std::string& text);
 std::string unique_marker();
 // Pids of processes whose command line contains `marker`.
 std::vector<pid_t> processes_with(const std::string& marker);
+// Paths matching a shell glob (none: empty).
+std::vector<std::string> glob_paths(const std::string& pattern);
 // Peak resident set size (VmHWM) of a process, in bytes.
 int64_t peak_rss_bytes(pid_t pid);
 

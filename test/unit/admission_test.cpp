@@ -62,6 +62,25 @@ TEST(AdmissionQueue, KnowsWhenItIsFull) {
   EXPECT_TRUE(q.full());
 }
 
+// A job waiting on its own busy workspace does not hold up the ones behind it (issue 15 item 1).
+TEST(AdmissionQueue, AnEntryThatWaitsOnItsOwnDoesNotHoldUpTheRest) {
+  AdmissionQueue q(8);
+  q.push(entry("busy-ws", PriorityClass::kInteractive));
+  q.push(entry("other-ws"));
+  q.push(entry("busy-ws-too"));
+  auto waits = [](const QueueEntry& e) { return e.job_id.rfind("busy", 0) == 0; };
+  const QueueEntry* next = q.first_not(waits);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->job_id, "other-ws");
+  auto taken = q.take("other-ws");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->job_id, "other-ws");
+  EXPECT_EQ(q.size(), 2u);
+  EXPECT_EQ(q.first_not(waits), nullptr);
+  EXPECT_FALSE(q.take("other-ws").has_value());
+  EXPECT_EQ(q.head()->job_id, "busy-ws");  // order kept for the rest
+}
+
 TEST(CpuClaimsAdmission, NeverDoubleBooksACoreWithoutOversubscription) {
   CpuClaims claims({{0}, {1}});
   EXPECT_TRUE(claims.can_claim(1, 1));

@@ -213,5 +213,29 @@ TEST(Cli, UsageTextNamesEveryCommandAndExitCode) {
   }
 }
 
+TEST(Cli, ScreenTakesExactlyOneChange) {
+  EXPECT_EQ(ok({"screen", "main..HEAD"}).screen_range, "main..HEAD");
+  EXPECT_EQ(ok({"screen", "--diff", "f.diff", "--json"}).screen_diff, std::optional<std::string>("f.diff"));
+  EXPECT_TRUE(ok({"screen", "--stdin"}).screen_stdin);
+  EXPECT_TRUE(ok({"screen", "--rules"}).screen_rules);
+  EXPECT_TRUE(contains(usage_error({"screen"}), "exactly one of"));
+  EXPECT_TRUE(contains(usage_error({"screen", "a..b", "--stdin"}), "exactly one of"));
+  EXPECT_TRUE(contains(usage_error({"screen", "a..b", "c..d"}), "screen takes one"));
+  EXPECT_TRUE(contains(usage_error({"run", "--stdin", "-c", "x"}), "are for screen"));
+  EXPECT_TRUE(is_screen_command({"--json", "screen", "--bogus"}));
+  EXPECT_FALSE(is_screen_command({"run", "--", "screen"}));
+}
+
+TEST(Cli, UntrustedIsForRunAndPrepare) {
+  const CliOptions o = ok({"run", "--untrusted", "--base", "origin/main", "--", "make"});
+  EXPECT_TRUE(o.untrusted);
+  EXPECT_EQ(o.base, "origin/main");
+  EXPECT_TRUE(ok({"workspace", "prepare", "--untrusted"}).untrusted);
+  EXPECT_TRUE(contains(usage_error({"list", "--untrusted"}), "--untrusted is for run and workspace prepare"));
+  EXPECT_TRUE(contains(usage_error({"run", "--untrusted", "--no-sync", "--", "make"}), "--no-sync"));
+  EXPECT_TRUE(contains(usage_error({"run", "--base", "main", "--", "make"}), "--base goes with --untrusted"));
+  EXPECT_TRUE(contains(usage_error({"run", "--untrusted", "--base", "-x", "--", "make"}), "--base needs a revision"));
+}
+
 }  // namespace
 }  // namespace motor::client

@@ -3,6 +3,10 @@
 #include "workspace/workspace_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <string>
 
@@ -99,6 +103,39 @@ TEST(RelativeCwd, DotAndEmpty) {
   EXPECT_EQ(rel("/r", "./"), "");
   EXPECT_EQ(rel("/r", "./a/./b"), "a/b");
   EXPECT_EQ(rel("", "src"), "src");  // a relative cwd needs no root
+}
+
+// Issue 15 item 6: the cwd is resolved inside the workspace only. A symlink the job planted to a
+// host directory that exists answers exactly like one to a path that does not.
+TEST(CheckDirBeneath, NoSymlinkNoEscapeOneAnswer) {
+  char tmpl[] = "/tmp/motor-cwd-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string ws = tmpl;
+  ASSERT_EQ(mkdir((ws + "/src").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((ws + "/src/deep").c_str(), 0755), 0);
+  ASSERT_EQ(symlink("/tmp", (ws + "/to-host").c_str()), 0);
+  ASSERT_EQ(symlink("/nonexistent-motor-cwd", (ws + "/to-nothing").c_str()), 0);
+  ASSERT_EQ(symlink("src", (ws + "/to-src").c_str()), 0);
+  EXPECT_TRUE(check_dir_beneath(ws, ""));
+  EXPECT_TRUE(check_dir_beneath(ws, "src"));
+  EXPECT_TRUE(check_dir_beneath(ws, "src/deep"));
+  auto answer = [&](const std::string& rel) {
+    auto st = check_dir_beneath(ws, rel);
+    if (st) return std::string("ok");
+    std::string m = st.error().code + ": " + st.error().message;
+    const auto at = m.find(rel);
+    return at == std::string::npos ? m : m.replace(at, rel.size(), "NAME");
+  };
+  EXPECT_NE(answer("to-host"), "ok");
+  EXPECT_EQ(answer("to-host"), answer("to-nothing"));
+  EXPECT_EQ(answer("to-host"), answer("missing"));
+  EXPECT_EQ(answer("to-src"), answer("missing"));   // even a link inside the workspace
+  EXPECT_EQ(answer("to-host/x"), answer("missing/x"));
+  for (const char* p : {"/to-host", "/to-nothing", "/to-src", "/src/deep", "/src", ""}) {
+    const std::string path = ws + p;
+    if (*p) (void)(unlink(path.c_str()) == 0 || rmdir(path.c_str()) == 0);
+  }
+  rmdir(ws.c_str());
 }
 
 }  // namespace

@@ -10,6 +10,11 @@
 // "motor-init:sN" (PR_SET_NAME); the runner reads that name from the exited, not yet reaped init
 // (sandbox::init_reported_signal). Only the process itself can set its name. Its exit
 // ends the PID namespace and so kills whatever the job left behind.
+// It makes itself non-dumpable first (PR_SET_DUMPABLE 0): the job runs as the same account, and
+// without it a job could open /proc/1/mem for writing (ptrace is refused by seccomp, /proc/PID/mem
+// is not) and rewrite motor-init, or forge the signal report above. COMMAND is dumpable again
+// after its execve. `--test-keep-dumpable` (only the test build's runner passes it:
+// --test-weaken=init-nondumpable) leaves that out.
 // It execs nothing but COMMAND, holds no state of the runner, and is linked statically so it
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
 // could not start it; 126: COMMAND not executable.
@@ -52,7 +57,13 @@ void say(const char* what, const char* detail) {
 
 int main(int argc, char** argv) {
   int first = 1;
-  if (argc > 1 && std::strcmp(argv[1], "--") == 0) first = 2;
+  if (argc > first && std::strcmp(argv[first], "--test-keep-dumpable") == 0) {
+    ++first;
+  } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    say("PR_SET_DUMPABLE", std::strerror(errno));
+    return 127;
+  }
+  if (argc > first && std::strcmp(argv[first], "--") == 0) ++first;
   if (first >= argc) {
     say("usage: motor-init [--] COMMAND [ARG...]", nullptr);
     return 127;

@@ -1,0 +1,131 @@
+#include "client/git_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "motor/unique_fd.hpp"
+
+extern char** environ;
+
+namespace motor::client {
+namespace {
+
+// git's absolute path, found on PATH once: every spawn would otherwise search PATH again.
+const std::string& git_path() {
+  static const std::string path = [] {
+    const char* env_path = getenv("PATH");
+    std::string_view dirs = env_path ? env_path : "/usr/bin:/bin";
+    while (!dirs.empty()) {
+      const auto colon = dirs.find(':');
+      const std::string dir(dirs.substr(0, colon));
+      dirs.remove_prefix(colon == std::string_view::npos ? dirs.size() : colon + 1);
+      const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/git";
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return std::string("/usr/bin/git");
+  }();
+  return path;
+}
+
+}  // namespace
+
+Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra, const GitIo& io) {
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    bool overridden = false;
+    for (const auto& x : extra) overridden |= v.substr(0, v.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
+    if (!overridden) env_store.emplace_back(v);
+  }
+  env_store.insert(env_store.end(), extra.begin(), extra.end());
+  std::vector<char*> env, argv;
+  for (auto& e : env_store) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> all{"git"};
+  all.insert(all.end(), args.begin(), args.end());
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2], in[2] = {-1, -1};
+  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  if (!io.input.empty() && pipe2(in, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (in[0] >= 0) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (!io.wait) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  }
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  close(err[1]);
+  UniqueFd o(out[0]), e(err[0]), i_read(in[0]), i_write(in[1]);
+  if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
+  i_read.reset();
+  if (!io.input.empty()) {
+    // A git that already died must not take the client with it: SIGPIPE is held back for the
+    // write (EPIPE then) and a pending one taken away.
+    sigset_t pipe_only, old_mask;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+    const ssize_t n = write(i_write.get(), io.input.data(), io.input.size());
+    const timespec no_wait{0, 0};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    if (n != static_cast<ssize_t>(io.input.size())) return Error{"io", "writing to git failed"};
+  }
+  i_write.reset();
+  GitRun r;
+  if (!io.wait) {
+    r.pid = pid;
+    return r;
+  }
+  pollfd fds[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+void reap(pid_t pid) {
+  if (pid <= 0) return;
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace motor::client
