@@ -266,13 +266,11 @@ TEST_F(RunnerDurability, KillingTheStateHelperWhileJobsRunNeverCrashesTheRunner)
 // ---- item 3: a job is accepted only once it is on record ----
 
 TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosingThem) {
-  RunnerProcess* started = runner_on_tiny_fs("size=8m,mode=0711");
   // disk_free_floor = 0: the operator's floor is not what saves us.
-  ASSERT_TRUE(started);
-  RunnerProcess& runner = *started;
-  TinyFs& fs = *fs_;
+  ASSERT_TRUE(runner_on_tiny_fs("size=8m,mode=0711"));
+  RunnerProcess& runner = *runner_;
   ASSERT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
-  fs.fill();
+  fs_->fill();
   std::vector<std::string> accepted;
   for (int i = 0; i < 3; ++i) {
     RawClient c(runner.socket());
@@ -286,7 +284,7 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
     EXPECT_NE(json_field(t, "/refusal_detail").find("state directory's filesystem"), std::string::npos) << t;
   }
   EXPECT_TRUE(accepted.empty()) << "accepted on a full disk: " << accepted.size();
-  fs.free_all();
+  fs_->free_all();
   runner.kill9();
   ASSERT_TRUE(runner.start());
   for (const auto& id : accepted) {
@@ -299,13 +297,11 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
 TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRefusalSurvivesARestart) {
   // Free blocks but no free inode for the save's temp file: the floor (bytes) passes, the save
   // itself fails with ENOSPC.
-  RunnerProcess* started = runner_on_tiny_fs("size=64m,nr_inodes=400,mode=0711");
-  ASSERT_TRUE(started);
-  RunnerProcess& runner = *started;
-  TinyFs& fs = *fs_;
+  ASSERT_TRUE(runner_on_tiny_fs("size=64m,nr_inodes=400,mode=0711"));
+  RunnerProcess& runner = *runner_;
   ASSERT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
-  fs.fill_inodes(2);  // the job's log directory and its first segment
-  ASSERT_EQ(fs.free_inodes(), 2);
+  fs_->fill_inodes(2);  // the job's log directory and its first segment
+  ASSERT_EQ(fs_->free_inodes(), 2);
   RawClient c(runner.socket());
   ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
   auto frames = until_terminal(c);
@@ -317,7 +313,7 @@ TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRef
   // While saves fail, new jobs are refused at once.
   auto refused = runner.client({"run", "--json", "-c", "true"});
   EXPECT_EQ(refused.exit_code, 75) << refused.out;
-  fs.free_all();
+  fs_->free_all();
   std::this_thread::sleep_for(1500ms);  // the retry timer saves the refusal
   runner.kill9();
   ASSERT_TRUE(runner.start());
@@ -395,10 +391,8 @@ TEST_F(RunnerDurability, AQueuedRecordWhoseCgroupExistsIsReportedAsRanWithAnUnkn
 TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLandsInTheLogLater) {
   // The job waits in the queue (its log exists, empty) while the disk fills, then starts and
   // ends: no record of it can be logged, the terminal one least of all.
-  RunnerProcess* started = runner_on_tiny_fs("size=16m,mode=0711", "max_running_jobs = 1\n");
-  ASSERT_TRUE(started);
-  RunnerProcess& runner = *started;
-  TinyFs& fs = *fs_;
+  ASSERT_TRUE(runner_on_tiny_fs("size=16m,mode=0711", "max_running_jobs = 1\n"));
+  RunnerProcess& runner = *runner_;
   RawClient first(runner.socket()), c(runner.socket());
   ASSERT_TRUE(first.send_frame(run_frame(1, "sleep 1")));
   ASSERT_TRUE(first.read_frame());
@@ -406,7 +400,7 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
   auto accepted = c.read_frame();
   ASSERT_TRUE(accepted);
   const std::string job = json_field(*accepted, "/job_id");
-  fs.fill();
+  fs_->fill();
   const std::string terminal = frame_of(until_terminal(c, 10000ms), "terminal");
   ASSERT_FALSE(terminal.empty()) << "the follower never got the terminal record\n" << runner.log();
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "0") << terminal;
@@ -416,7 +410,7 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
   const std::string again = frame_of(until_terminal(late, 5000ms), "terminal");
   EXPECT_EQ(json_field(again, "/seq"), json_field(terminal, "/seq")) << again;
   EXPECT_EQ(json_field(again, "/outcome"), json_field(terminal, "/outcome")) << again;
-  fs.free_all();
+  fs_->free_all();
   std::this_thread::sleep_for(1500ms);  // the log (and state.json) take it on the retry
   runner.kill9();
   ASSERT_TRUE(runner.start());
@@ -427,15 +421,13 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
 }
 
 TEST_F(RunnerDurability, SigtermOnAFullDiskStillEndsTheJobsAndTheRunner) {
-  RunnerProcess* started = runner_on_tiny_fs("size=16m,mode=0711");
-  ASSERT_TRUE(started);
-  RunnerProcess& runner = *started;
-  TinyFs& fs = *fs_;
+  ASSERT_TRUE(runner_on_tiny_fs("size=16m,mode=0711"));
+  RunnerProcess& runner = *runner_;
   RawClient c(runner.socket());
   ASSERT_TRUE(c.send_frame(run_frame(1, "echo begun; sleep 1; head -c 200000 /dev/zero | tr '\\0' y; sleep 600")));
   for (std::optional<std::string> f; (f = c.read_frame()) && json_field(*f, "/type") != "output";) {
   }
-  fs.fill();
+  fs_->fill();
   std::this_thread::sleep_for(1500ms);  // its output cannot be logged: reading is paused
   EXPECT_EQ(runner.stop(std::chrono::seconds(15)), 0) << "the runner did not stop\n" << runner.log();
   EXPECT_EQ(json_field(frame_of(until_terminal(c, 2000ms), "terminal"), "/outcome/type"), "cancelled");
