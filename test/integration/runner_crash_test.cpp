@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "support/runner_harness.hpp"
+#include "support/shell.hpp"
 
 namespace motor::test {
 namespace {
@@ -88,12 +89,8 @@ TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothing
   SCOPED_TRACE(fmt::format("seed {}", seed));
   std::mt19937 rng(seed);
   const std::string base = make_temp_dir();
-  ASSERT_EQ(run_program({"/bin/sh", "-c",
-                         "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
-                         "for i in 1 2 3 4 5 6 7 8; do seq 1 2000 > f$i.txt; done && git add -A && git commit -qm init"},
-                        {}, 60s, base)
-                .exit_code,
-            0);
+  sh(base, git_init_script("repo") + " && for i in 1 2 3 4 5 6 7 8; do seq 1 2000 > f$i.txt; done && git add -A && git commit -qm init");
+  ASSERT_FALSE(HasFailure());
   RunnerProcess runner("max_running_jobs = 2\ncpu_oversubscription = 8\n");
   ASSERT_TRUE(runner.start()) << runner.log();
   const std::string ws = runner.workspace("default");

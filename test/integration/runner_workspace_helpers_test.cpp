@@ -15,17 +15,12 @@
 #include <fmt/format.h>
 
 #include "support/runner_harness.hpp"
+#include "support/shell.hpp"
 
 namespace motor::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string sh(const std::string& cwd, const std::string& script) {
-  auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(300), cwd);
-  EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.err;
-  return r.out;
-}
 
 std::string terminal_of(const std::string& out) {
   const auto at = out.find("\"type\":\"terminal\"");
@@ -53,7 +48,7 @@ class RunnerWorkspaceHelpers : public ::testing::Test {
     base_ = make_temp_dir();
     repo_ = base_ + "/repo";
     env_ = {"XDG_CACHE_HOME=" + base_ + "/cache"};
-    sh(base_, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
+    sh(base_, git_init_script("repo") + " && "
               "printf 'target/\\n' > .gitignore && for i in 1 2 3; do echo line $i > f$i.txt; done && "
               "git add -A && git commit -qm init");
     runner_ = std::make_unique<RunnerProcess>();
@@ -136,7 +131,8 @@ TEST_F(RunnerWorkspaceHelpers, ScanIsChargedTheJobsMemoryLimit) {
 TEST_F(RunnerWorkspaceHelpers, RunnerKilledDuringACheckoutLeavesNothingAndNoHalfWrittenWorkspace) {
   // Enough files that the checkout takes a while on this host.
   sh(repo_, "mkdir -p many && i=0; while [ $i -lt 6000 ]; do head -c 4096 /dev/urandom > many/f$i; i=$((i+1)); done; "
-            "git add -A && git commit -qm many");
+            "git add -A && git commit -qm many",
+     300s);
   const std::string checkout_marker = "commit=$1 tree=$2 mode=$3";
   std::atomic<bool> done{false};
   std::thread prepare([&] {

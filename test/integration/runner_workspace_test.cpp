@@ -15,15 +15,10 @@
 
 #include "protocol/base64.hpp"
 #include "support/runner_harness.hpp"
+#include "support/shell.hpp"
 
 namespace motor::test {
 namespace {
-
-std::string sh(const std::string& cwd, const std::string& script) {
-  auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(120), cwd);
-  EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.err;
-  return r.out;
-}
 
 // Every file below `dir` (not .git) with its content, for "left as it was" checks.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
@@ -70,7 +65,7 @@ class RunnerWorkspace : public ::testing::Test {
     base_ = make_temp_dir();
     repo_ = base_ + "/repo";
     env_ = {"XDG_CACHE_HOME=" + base_ + "/cache"};
-    sh(base_, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
+    sh(base_, git_init_script("repo") + " && "
               "printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src && echo 'fn main() {}' > src/main.rs && "
               "for i in 1 2 3 4 5; do echo line $i > f$i.txt; done && git add -A && git commit -qm init");
     runner_ = std::make_unique<RunnerProcess>(extra_config());

@@ -10,15 +10,10 @@
 
 #include "screen/rules.hpp"
 #include "support/runner_harness.hpp"
+#include "support/shell.hpp"
 
 namespace motor::test {
 namespace {
-
-std::string sh(const std::string& cwd, const std::string& script) {
-  auto r = run_program({"/bin/sh", "-ec", script}, {}, std::chrono::seconds(120), cwd);
-  EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.err;
-  return r.out;
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -33,7 +28,7 @@ class ChangeScreen : public ::testing::Test {
     MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
     dir_ = make_temp_dir();
     repo_ = dir_ + "/repo";
-    sh(dir_, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
+    sh(dir_, git_init_script("repo") + " && "
              "echo '# Project' > README.md && echo hello > notes.txt && mkdir -p src docs && "
              "echo 'fn main() {}' > src/main.rs && printf '[package]\\nname = \"p\"\\n' > Cargo.toml && "
              "printf 'version = 3\\n' > Cargo.lock && echo guide > docs/guide.md && git add -A && git commit -qm base && "
@@ -148,8 +143,7 @@ TEST_F(ChangeScreen, GitattributesFilter) {
 }
 
 TEST_F(ChangeScreen, Submodule) {
-  sh(dir_, "git init -q sub && cd sub && git config user.name t && git config user.email t@t && echo x > x.md && "
-           "git add -A && git commit -qm sub");
+  sh(dir_, git_init_script("sub") + " && echo x > x.md && git add -A && git commit -qm sub");
   change("git -c protocol.file.allow=always submodule --quiet add ../sub vendor/sub");
   auto s = screen();
   expect_refused(s, "vendor/sub", "submodule");
@@ -258,7 +252,7 @@ class ChangeScreenRunner : public ::testing::Test {
     dir_ = make_temp_dir();
     repo_ = dir_ + "/repo";
     env_ = {"XDG_CACHE_HOME=" + dir_ + "/cache"};
-    sh(dir_, "git init -q repo && cd repo && git config user.name t && git config user.email t@t && "
+    sh(dir_, git_init_script("repo") + " && "
              "echo '# Project' > README.md && mkdir -p src && echo 'fn main() {}' > src/main.rs && "
              "git add -A && git commit -qm base");
     runner_ = std::make_unique<RunnerProcess>();

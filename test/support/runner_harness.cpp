@@ -461,6 +461,10 @@ std::string json_field(const std::string& json, const std::string& path) {
 
 namespace motor::test {
 
+std::string git_init_script(const std::string& name) {
+  return fmt::format("git init -q {0} && cd {0} && git config user.name t && git config user.email t@t", name);
+}
+
 std::string test_guest_dir() {
   static const std::string dir = [] {
     auto r = run_program({std::string(MOTOR_SOURCE_DIR) + "/scripts/build-test-guest"}, {}, std::chrono::seconds(600));

@@ -53,6 +53,9 @@ struct CommandResult {
 // Runs a program with the given environment additions (in `cwd` if given); waits at most `timeout`.
 CommandResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add = {},
                           std::chrono::seconds timeout = std::chrono::seconds(120), const std::string& cwd = "");
+// The start of a shell script that makes a git repository `name` (in the current directory) with
+// a test identity and enters it; the caller adds what to commit.
+std::string git_init_script(const std::string& name);
 
 // The small Linux guest the VM tests and benchmarks boot (scripts/build-test-guest, which builds
 // it on first use and caches it per version of the script): its directory, or "" if it cannot be
