@@ -4,6 +4,7 @@
 // killed runner and no job sees a half-written workspace. And callers' text reaches the
 // operator's terminal and log escaped (issue 15, leaks).
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +102,46 @@ TEST_F(RunnerWorkspaceHelpers, FifoNamedGitignoreBlocksNeitherScanNorCheckoutNor
   auto drop = motor({"workspace", "drop", "-w", "k"}, 60s);
   EXPECT_EQ(drop.exit_code, 0) << drop.err;
   EXPECT_TRUE(eventually([&] { return helper_cgroups().empty(); })) << helper_cgroups().front();
+}
+
+// Item 1, the queue: a workspace whose scan is stuck (the FIFO mask weakened, so git blocks opening
+// a FIFO named .gitignore) holds up its own next job, never another workspace's.
+TEST_F(RunnerWorkspaceHelpers, AStuckWorkspaceHoldsUpOnlyItsOwnJobs) {
+  runner_ = std::make_unique<RunnerProcess>();
+  runner_->use_binary(MOTOR_RUNNER_TESTING_BIN, {"--test-weaken=scan-masks"});
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k"}).exit_code, 0) << runner_->log();
+  const std::string fifo = runner_->workspace("k") + "/untracked/.gitignore";
+  CommandResult stuck, queued;
+  std::atomic<bool> stuck_done{false}, queued_done{false};
+  std::thread first([&] {
+    stuck = motor({"run", "--no-sync", "-w", "k", "-c", "mkdir -p /workspace/untracked && mkfifo /workspace/untracked/.gitignore"}, 90s);
+    stuck_done = true;
+  });
+  struct stat st {};
+  ASSERT_TRUE(eventually([&] { return lstat(fifo.c_str(), &st) == 0; })) << runner_->log();
+  std::thread second([&] {
+    queued = motor({"run", "--no-sync", "-w", "k", "--", "/bin/true"}, 90s);
+    queued_done = true;
+  });
+  std::this_thread::sleep_for(1s);  // the second job of "k" is queued first
+  const auto t0 = std::chrono::steady_clock::now();
+  auto other = motor({"run", "--no-sync", "-w", "other", "--", "/bin/true"}, 30s);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(other.exit_code, 0) << other.err << runner_->log();
+  EXPECT_LT(waited, 25s) << "another workspace's job waited behind the stuck one";
+  EXPECT_FALSE(stuck_done) << "the scan was not stuck: " << stuck.out << stuck.err;
+  // Unblock the scans (the second job's too): open the FIFO's other end (git's open returns and it
+  // reads EOF).
+  for (int i = 0; i < 300 && !(stuck_done && queued_done); ++i) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // ENXIO while no reader
+    if (fd >= 0) ::close(fd);
+    std::this_thread::sleep_for(100ms);
+  }
+  first.join();
+  second.join();
+  EXPECT_EQ(stuck.exit_code, 0) << stuck.err << runner_->log();
+  EXPECT_EQ(queued.exit_code, 0) << queued.err << runner_->log();
 }
 
 // Item 2. A job capped at 64 MiB plants 160 MiB of ignore patterns for the scan's git to load
