@@ -24,16 +24,6 @@ std::string run_frame(int id, const std::string& command, const std::string& ext
   return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"{}"{}}}}})", id, command, extra);
 }
 
-// Reads until this client's terminal record; returns every frame.
-std::vector<std::string> until_terminal(RawClient& c, std::chrono::milliseconds timeout = 30000ms) {
-  std::vector<std::string> frames;
-  for (std::optional<std::string> f; (f = c.read_frame(timeout));) {
-    frames.push_back(*f);
-    if (json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
-  }
-  return frames;
-}
-
 std::string field_of(const std::vector<std::string>& frames, const std::string& type, const std::string& path) {
   for (const auto& f : frames) {
     if (json_field(f, "/type") == type) return json_field(f, path);
@@ -69,7 +59,7 @@ TEST_F(RunnerAdmission, ClaimsNeverDoubleBookACoreWithoutOversubscription) {
     ASSERT_TRUE(clients.back()->send_frame(run_frame(1, "grep Cpus_allowed_list /proc/self/status; sleep 1")));
   }
   std::vector<std::vector<std::string>> streams;
-  for (auto& c : clients) streams.push_back(until_terminal(*c));
+  for (auto& c : clients) streams.push_back(read_until_terminal(*c));
   std::multiset<std::string> concurrent_cpus;
   int queued = 0;
   for (auto& s : streams) {
@@ -103,7 +93,7 @@ TEST_F(RunnerAdmission, MemoryReservationMakesAJobWaitUntilItFits) {
   ASSERT_TRUE(a.send_frame(run_frame(1, "sleep 1", R"(,"memory":"1G")")));
   std::this_thread::sleep_for(200ms);
   ASSERT_TRUE(b.send_frame(run_frame(1, "true", R"(,"memory":"1G")")));
-  auto sa = until_terminal(a), sb = until_terminal(b);
+  auto sa = read_until_terminal(a), sb = read_until_terminal(b);
   EXPECT_EQ(field_of(sb, "accepted", "/queue_position"), "0");
   EXPECT_GE(std::stoi(field_of(sb, "started", "/queue_wait_ms")), 500);  // waited for a's reservation
   // A job that can never fit is refused at once, not queued for ever.
@@ -125,18 +115,18 @@ TEST_F(RunnerAdmission, QueueIsFifoAndHonoursItsWaitLimit) {
   }
   RawClient impatient(runner_->socket());
   ASSERT_TRUE(impatient.send_frame(run_frame(1, "echo never", R"(,"queue_wait_limit_s":0)")));
-  auto refused = until_terminal(impatient);
+  auto refused = read_until_terminal(impatient);
   EXPECT_EQ(field_of(refused, "terminal", "/outcome/reason"), "queue_wait_exceeded");
   EXPECT_EQ(field_of(refused, "terminal", "/ran"), "none");
   std::vector<int64_t> started_at;
   for (int i = 0; i < 3; ++i) {
-    auto s = until_terminal(*waiting[static_cast<size_t>(i)]);
+    auto s = read_until_terminal(*waiting[static_cast<size_t>(i)]);
     EXPECT_EQ(field_of(s, "accepted", "/queue_position"), std::to_string(i));
     started_at.push_back(std::stoll(field_of(s, "started", "/started_at_ms")));
   }
   EXPECT_LE(started_at[0], started_at[1]);
   EXPECT_LE(started_at[1], started_at[2]);
-  until_terminal(first);
+  read_until_terminal(first);
 }
 
 TEST_F(RunnerAdmission, AFullQueueRefusesWithRunnerFull) {
@@ -150,12 +140,12 @@ TEST_F(RunnerAdmission, AFullQueueRefusesWithRunnerFull) {
   ASSERT_TRUE(accepted);
   EXPECT_EQ(json_field(*accepted, "/queue_position"), "0");
   ASSERT_TRUE(c.send_frame(run_frame(1, "true")));  // the queue (of one) is full
-  auto sc = until_terminal(c);
+  auto sc = read_until_terminal(c);
   EXPECT_EQ(field_of(sc, "terminal", "/outcome/reason"), "runner_full");
   EXPECT_NE(field_of(sc, "terminal", "/retry_after_ms"), "null");
   EXPECT_EQ(runner_->client({"run", "-c", "true"}).exit_code, 75);  // transient, for the CLI
-  until_terminal(a);
-  until_terminal(b);
+  read_until_terminal(a);
+  read_until_terminal(b);
 }
 
 TEST_F(RunnerAdmission, TheDiskFloorRefusesNewWorkAndLeavesRunningJobsAlone) {
@@ -171,7 +161,7 @@ TEST_F(RunnerAdmission, TheDiskFloorRefusesNewWorkAndLeavesRunningJobsAlone) {
   EXPECT_EQ(refused.exit_code, 75);
   EXPECT_NE(refused.out.find("\"runner_disk_full\""), std::string::npos) << refused.out;
   EXPECT_NE(refused.out.find("\"retry_after_ms\":60000"), std::string::npos);
-  auto s = until_terminal(running);
+  auto s = read_until_terminal(running);
   EXPECT_EQ(field_of(s, "terminal", "/outcome/code"), "0");
   unlink((fs + "/filler").c_str());
   EXPECT_EQ(runner_->client({"run", "-c", "true"}).exit_code, 0);  // room again
@@ -192,8 +182,8 @@ TEST_F(RunnerAdmission, DrainLetsQueuedAndRunningJobsFinishThenResumeReopens) {
   auto refused = runner_->client({"run", "--json", "-c", "true"});
   EXPECT_NE(refused.out.find("\"runner_draining\""), std::string::npos);
   EXPECT_EQ(refused.exit_code, 75);
-  EXPECT_EQ(field_of(until_terminal(a), "terminal", "/outcome/code"), "0");
-  EXPECT_EQ(field_of(until_terminal(b), "terminal", "/outcome/code"), "0");
+  EXPECT_EQ(field_of(read_until_terminal(a), "terminal", "/outcome/code"), "0");
+  EXPECT_EQ(field_of(read_until_terminal(b), "terminal", "/outcome/code"), "0");
   auto waited = drain_wait.get();
   EXPECT_EQ(waited.exit_code, 0);
   EXPECT_NE(waited.out.find("running_jobs: 0"), std::string::npos) << waited.out;
@@ -220,7 +210,7 @@ TEST_F(RunnerAdmission, StatusNamesItsFields) {
     EXPECT_NE(json_field(s, path)[0], '<') << path << " in " << s;
   }
   EXPECT_EQ(json_field(s, "/result/memory_claimed_bytes"), std::to_string(int64_t{2} << 30));
-  until_terminal(a);
+  read_until_terminal(a);
 }
 
 // A strict reader of Prometheus text: every sample line is `name{labels} value`.

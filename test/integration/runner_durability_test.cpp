@@ -32,16 +32,6 @@ std::string run_frame(int id, const std::string& command) {
   return fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":{}}}}})", id, json_quote(command));
 }
 
-// Every frame up to this client's terminal record (or an error, or the timeout).
-std::vector<std::string> until_terminal(RawClient& c, std::chrono::milliseconds timeout = 30000ms) {
-  std::vector<std::string> frames;
-  for (std::optional<std::string> f; (f = c.read_frame(timeout));) {
-    frames.push_back(*f);
-    if (json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
-  }
-  return frames;
-}
-
 std::string frame_of(const std::vector<std::string>& frames, const std::string& type) {
   for (const auto& f : frames) {
     if (json_field(f, "/type") == type) return f;
@@ -252,7 +242,7 @@ TEST_F(RunnerDurability, KillingTheStateHelperWhileJobsRunNeverCrashesTheRunner)
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err << runner.log();
     last_job = json_field(r.out.substr(0, r.out.find('\n')), "/job_id");
   }
-  EXPECT_EQ(json_field(frame_of(until_terminal(running), "terminal"), "/outcome/code"), "0");
+  EXPECT_EQ(json_field(frame_of(read_until_terminal(running), "terminal"), "/outcome/code"), "0");
   EXPECT_EQ(kill(runner.pid(), 0), 0) << "the runner died: " << runner.log();
   const pid_t again = child_named(runner.pid(), "motor-state");
   EXPECT_GT(again, 0);
@@ -275,7 +265,7 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
   for (int i = 0; i < 3; ++i) {
     RawClient c(runner.socket());
     ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
-    auto frames = until_terminal(c);
+    auto frames = read_until_terminal(c);
     if (auto a = frame_of(frames, "accepted"); !a.empty()) accepted.push_back(json_field(a, "/job_id"));
     const std::string t = frame_of(frames, "terminal");
     EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t;
@@ -304,7 +294,7 @@ TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRef
   ASSERT_EQ(fs_->free_inodes(), 2);
   RawClient c(runner.socket());
   ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
-  auto frames = until_terminal(c);
+  auto frames = read_until_terminal(c);
   EXPECT_EQ(frame_of(frames, "accepted"), "") << "accepted although its record could not be saved";
   const std::string t = frame_of(frames, "terminal");
   EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t;
@@ -401,13 +391,13 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
   ASSERT_TRUE(accepted);
   const std::string job = json_field(*accepted, "/job_id");
   fs_->fill();
-  const std::string terminal = frame_of(until_terminal(c, 10000ms), "terminal");
+  const std::string terminal = frame_of(read_until_terminal(c, 10000ms), "terminal");
   ASSERT_FALSE(terminal.empty()) << "the follower never got the terminal record\n" << runner.log();
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "0") << terminal;
   // A new follower gets it too, also before the log has room.
   RawClient late(runner.socket());
   ASSERT_TRUE(late.send_frame(fmt::format(R"({{"id":2,"method":"exec.attach","params":{{"job_id":"{}","from_seq":1}}}})", job)));
-  const std::string again = frame_of(until_terminal(late, 5000ms), "terminal");
+  const std::string again = frame_of(read_until_terminal(late, 5000ms), "terminal");
   EXPECT_EQ(json_field(again, "/seq"), json_field(terminal, "/seq")) << again;
   EXPECT_EQ(json_field(again, "/outcome"), json_field(terminal, "/outcome")) << again;
   fs_->free_all();
@@ -416,7 +406,7 @@ TEST_F(RunnerDurability, OnAFullDiskTheTerminalRecordStillReachesFollowersAndLan
   ASSERT_TRUE(runner.start());
   RawClient after(runner.socket());
   ASSERT_TRUE(after.send_frame(fmt::format(R"({{"id":3,"method":"exec.attach","params":{{"job_id":"{}","from_seq":1}}}})", job)));
-  EXPECT_EQ(json_field(frame_of(until_terminal(after, 5000ms), "terminal"), "/outcome/code"), "0");
+  EXPECT_EQ(json_field(frame_of(read_until_terminal(after, 5000ms), "terminal"), "/outcome/code"), "0");
   runner.stop();
 }
 
@@ -430,7 +420,7 @@ TEST_F(RunnerDurability, SigtermOnAFullDiskStillEndsTheJobsAndTheRunner) {
   fs_->fill();
   std::this_thread::sleep_for(1500ms);  // its output cannot be logged: reading is paused
   EXPECT_EQ(runner.stop(std::chrono::seconds(15)), 0) << "the runner did not stop\n" << runner.log();
-  EXPECT_EQ(json_field(frame_of(until_terminal(c, 2000ms), "terminal"), "/outcome/type"), "cancelled");
+  EXPECT_EQ(json_field(frame_of(read_until_terminal(c, 2000ms), "terminal"), "/outcome/type"), "cancelled");
 }
 
 // ---- item 10: one runner per state directory and per cgroup parent ----
@@ -482,7 +472,7 @@ TEST_F(RunnerDurability, ASecondRunnerOnTheSameStateDirectoryExitsAndLeavesTheFi
   EXPECT_FALSE(processes_with(marker).empty()) << "the second runner killed the first one's job";
   ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":2,"method":"exec.cancel","params":{{"job_id":"{}"}}}})",
                                        json_field(request(first, "exec.list"), "/result/jobs/0/job_id"))));
-  EXPECT_EQ(json_field(frame_of(until_terminal(c), "terminal"), "/outcome/type"), "cancelled");
+  EXPECT_EQ(json_field(frame_of(read_until_terminal(c), "terminal"), "/outcome/type"), "cancelled");
 }
 
 TEST_F(RunnerDurability, ASecondRunnerWithTheSameCgroupParentExitsAndLeavesTheFirstOnesJobsAlone) {
@@ -533,7 +523,7 @@ TEST_F(RunnerDurability, AJobWhoseCgroupVanishedEndsWithItsRecordInsteadOfPollin
     std::this_thread::sleep_for(10ms);
   }
   kill(runner.pid(), SIGCONT);
-  const std::string terminal = frame_of(until_terminal(c, 10000ms), "terminal");
+  const std::string terminal = frame_of(read_until_terminal(c, 10000ms), "terminal");
   EXPECT_EQ(json_field(terminal, "/outcome/type"), "signal") << terminal << runner.log();
   const std::string log = runner.log();
   size_t complaints = 0;

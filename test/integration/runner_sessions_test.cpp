@@ -38,16 +38,6 @@ std::string run_frame(int id, const std::string& command, bool direct) {
                      direct);
 }
 
-// Reads frames until the terminal record (or an error reply, or a timeout); returns them all.
-std::vector<std::string> read_until_terminal(RawClient& c, std::chrono::milliseconds timeout = 30000ms) {
-  std::vector<std::string> frames;
-  for (std::optional<std::string> f; (f = c.read_frame(timeout));) {
-    frames.push_back(*f);
-    if (json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
-  }
-  return frames;
-}
-
 // The `motor` client run as another account (stdout and stderr kept).
 CommandResult client_as(uid_t uid, gid_t gid, const std::string& socket, const std::vector<std::string>& args) {
   const std::string dir = make_temp_dir();

@@ -403,6 +403,15 @@ bool RawClient::send_bytes(const std::string& bytes) {
 
 bool RawClient::send_frame(const std::string& json) { return send_bytes(protocol::encode_frame(json)); }
 
+std::vector<std::string> read_until_terminal(RawClient& c, std::chrono::milliseconds timeout) {
+  std::vector<std::string> frames;
+  for (std::optional<std::string> f; (f = c.read_frame(timeout));) {
+    frames.push_back(*f);
+    if (json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
+  }
+  return frames;
+}
+
 std::optional<std::string> RawClient::read_frame(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

@@ -125,6 +125,10 @@ class RawClient {
   std::string buffer_;
 };
 
+// Frames from `c` up to its terminal record (or an error reply, or the timeout), all of them.
+std::vector<std::string> read_until_terminal(RawClient& c,
+                                             std::chrono::milliseconds timeout = std::chrono::milliseconds(30000));
+
 // `text` as a JSON string literal, quotes included.
 std::string json_quote(const std::string& text);
 
