@@ -7,6 +7,10 @@
 //     `ssh -S MASTER -p P motor@127.0.0.1 true` through a warm master of a forced-command-free
 //     key (the one session a job needs at the least, with nothing of Motor in it). Interleaved,
 //     medians. Goal: ratio <= 1.3.
+//     Besides, to see where the difference goes: the same job through the local socket
+//     (`motor --socket ... run --no-sync -- true`), and `ssh -S MASTER host true` on the motor
+//     key's own master, whose forced command starts `motor-runner connect`, which refuses that
+//     command (exit 64): an SSH session plus the bridge's process start.
 //  2. `motor --host ... run -- true` inside an unchanged, already-synced 10,000-file checkout,
 //     against `motor --host ... run --no-sync -- true` (issue 20's no-change goal over SSH).
 // Run as root (it starts a runner and sshd).
@@ -31,7 +35,8 @@ using motor::bench::median;
 using Clock = std::chrono::steady_clock;
 
 // Wall time of one program, exec to exit (no polling: run_program's 5 ms steps would blur it).
-double timed_ms(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& cwd) {
+double timed_ms(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& cwd,
+                int expect = 0) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -49,7 +54,7 @@ double timed_ms(const std::vector<std::string>& argv, const std::vector<std::str
   int status = 0;
   waitpid(pid, &status, 0);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fmt::print(stderr, "failed ({}): {}\n", status, argv[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != expect) fmt::print(stderr, "failed ({}): {}\n", status, argv[0]);
   return ms;
 }
 
@@ -97,14 +102,19 @@ int main(int argc, char** argv) {
       return v;
     };
     const auto ssh_true = with(ssh_base, {"-o", "ControlMaster=no", "-T", "motor@127.0.0.1", "true"});
+    const std::vector<std::string> local_run{MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
     // Warm both masters (and the checkout's first sync).
     timed_ms(with(ssh_base, {"-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", "motor@127.0.0.1"}), {},
              sshd.dir());
     timed_ms(motor_run, env, sshd.dir());
     timed_ms(motor_in_checkout, env, repo);
     timed_ms(ssh_true, {}, sshd.dir());
+    const auto sockets = sshd.control_sockets();
+    const std::vector<std::string> bridge_start{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", bench_key, "-p",
+                                                std::to_string(sshd.port()), "-S", sockets.empty() ? "" : sockets[0], "-T",
+                                                "motor@127.0.0.1", "true"};
 
-    std::vector<double> remote, baseline, checkout, remote2;
+    std::vector<double> remote, baseline, checkout, remote2, local, bridge;
     for (int i = 0; i < n; ++i) {
       // Alternate the order so that neither always runs first after the other.
       if (i % 2 == 0) {
@@ -116,12 +126,16 @@ int main(int argc, char** argv) {
       }
       checkout.push_back(timed_ms(motor_in_checkout, env, repo));
       remote2.push_back(timed_ms(motor_run, env, sshd.dir()));
+      local.push_back(timed_ms(local_run, {}, sshd.dir()));
+      bridge.push_back(timed_ms(bridge_start, {}, sshd.dir(), 64));
     }
     const std::string load = motor::test::read_file("/proc/loadavg");
     fmt::print("remote callers over OpenSSH, medians of {} interleaved runs (ms); load average {}", n, load);
     fmt::print("  motor --host run --no-sync -- true (warm master)   {:8.2f}\n", median(remote));
     fmt::print("  ssh -S master host true (warm master, free key)    {:8.2f}\n", median(baseline));
     fmt::print("  ratio                                               {:8.2f}  (goal <= 1.3)\n", median(remote) / median(baseline));
+    fmt::print("  motor --socket run --no-sync -- true (local)       {:8.2f}\n", median(local));
+    fmt::print("  ssh -S motor-key-master host (bridge starts, 64)   {:8.2f}\n", median(bridge));
     fmt::print("  motor --host run -- true, unchanged 10,000 files   {:8.2f}\n", median(checkout));
     fmt::print("  motor --host run --no-sync -- true (same rounds)   {:8.2f}\n", median(remote2));
     fmt::print("  ratio                                               {:8.2f}  (issue 20's goal <= 1.15)\n",

@@ -75,10 +75,17 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   if (!m) return make_error(kNotBridged, "the host's motor-runner connect sent a message this client cannot read");
   if (auto refusal = as_refusal(*m)) return *refusal;
   const std::string& host = ssh_->target().host;
-  if (m->kind == protocol::Message::Kind::kError) {
+  if (m->kind == protocol::Message::Kind::kError && m->error_message.find("unknown method") != std::string::npos) {
     return make_error(kRunnerTooOld, fmt::format("the runner on {} is too old for this client (runner.hello: {}); ask its "
                                                  "operator to upgrade motor-runner",
-                                                 host, m->error_code));
+                                                 host, m->error_message));
+  }
+  if (m->kind == protocol::Message::Kind::kError) {
+    // The bridge's runner.identify (also id 0) was refused, and the bridge passed that on.
+    return make_error(m->error_code == "unauthorized" ? "unauthorized" : kNotBridged,
+                      fmt::format("the runner on {} refused the caller name this key's forced command gives ({}: {}); "
+                                  "the operator fixes the authorized_keys line",
+                                  host, m->error_code, m->error_message));
   }
   simdjson::dom::element result;
   int64_t protocol = 0;

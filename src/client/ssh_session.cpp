@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -41,9 +42,17 @@ std::vector<std::string> ssh_argv(const SshTarget& t, const std::string& ssh_com
   std::vector<std::string> argv;
   if (ssh_command.empty()) {
     argv = {"ssh"};
+  } else if (ssh_command.find_first_of("|&;<>()$`\\\"'*?[]#~{}\n") == std::string::npos) {
+    // Plain words, as git does for GIT_SSH_COMMAND: split and run directly, no shell between.
+    for (size_t at = ssh_command.find_first_not_of(" \t"); at != std::string::npos;
+         at = ssh_command.find_first_not_of(" \t", at)) {
+      const size_t end = std::min(ssh_command.find_first_of(" \t", at), ssh_command.size());
+      argv.push_back(ssh_command.substr(at, end - at));
+      at = end;
+    }
   } else {
-    // As git runs GIT_SSH_COMMAND: through the shell, our arguments appended.
-    argv = {"/bin/sh", "-c", ssh_command + " \"$@\"", "motor-ssh"};
+    // Through the shell, our arguments appended; exec, so that ssh is our child (signals, exit).
+    argv = {"/bin/sh", "-c", "exec " + ssh_command + " \"$@\"", "motor-ssh"};
   }
   // First value wins in ssh: options in MOTOR_SSH_COMMAND override these.
   for (const char* o : {"BatchMode=yes", "ConnectTimeout=10", "ServerAliveInterval=15", "ServerAliveCountMax=3"}) {

@@ -78,6 +78,34 @@ class RemoteCallers : public ::testing::Test {
   std::string alice_, bob_;
 };
 
+// On the runner's socket, without SSH: a session of the bridge account may name a caller (once),
+// must do so before anything else, and is then that caller and nothing more.
+TEST_F(RemoteCallers, TheBridgeAccountMustNameACallerFirst) {
+  const passwd* bridge = getpwnam("motor");
+  ASSERT_NE(bridge, nullptr);
+  auto unnamed = RawClient::as_account(runner_->socket(), bridge->pw_uid, bridge->pw_gid);
+  ASSERT_TRUE(unnamed && unnamed->connected());
+  ASSERT_TRUE(unnamed->send_frame(R"({"id":1,"method":"exec.list","params":{}})"));
+  auto refused = unnamed->read_frame();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(json_field(*refused, "/error/code"), "unauthorized") << *refused;
+
+  auto named = RawClient::as_account(runner_->socket(), bridge->pw_uid, bridge->pw_gid);
+  ASSERT_TRUE(named && named->connected());
+  ASSERT_TRUE(named->send_frame(R"({"id":1,"method":"runner.identify","params":{"caller":"carol"}})"));
+  auto identified = named->read_frame();
+  ASSERT_TRUE(identified);
+  EXPECT_EQ(json_field(*identified, "/result/caller"), "carol") << *identified;
+  ASSERT_TRUE(named->send_frame(R"({"id":2,"method":"runner.identify","params":{"caller":"alice"}})"));
+  auto again = named->read_frame();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(json_field(*again, "/error/code"), "unauthorized") << "a named caller cannot rename itself: " << *again;
+  ASSERT_TRUE(named->send_frame(R"({"id":3,"method":"runner.hello","params":{}})"));
+  auto hello = named->read_frame();
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(json_field(*hello, "/result/caller"), "carol") << *hello;
+}
+
 // A job's output and exit status are byte for byte those of the same job on the local socket;
 // status, attach, list and the runner's log name the caller.
 TEST_F(RemoteCallers, RunAttachStatusListMatchTheLocalSocket) {
@@ -207,7 +235,7 @@ TEST_F(RemoteCallers, TheOperatorDrainsOverSsh) {
 TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
   ASSERT_TRUE(start_sshd());
   const std::string marker = "remote-resume-" + unique_marker();
-  const std::string command = fmt::format("echo {}; for i in $(seq 1 40); do echo line $i; sleep 0.1; done", marker);
+  const std::string command = fmt::format("echo {}; for i in $(seq 1 100); do echo line $i; sleep 0.1; done", marker);
   auto run = std::async(std::launch::async, [&] { return sshd_->motor(alice_, {"run", "--no-sync", "-c", command}); });
   pid_t client = -1;
   for (int i = 0; i < 500 && client < 0; ++i) {
@@ -220,14 +248,21 @@ TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
   ASSERT_FALSE(running_job(alice_).empty());
   std::this_thread::sleep_for(1s);  // some output has gone through
   int killed = 0;
-  for (pid_t c : children_of(client)) {
-    if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
+  for (int i = 0; i < 100 && killed == 0; ++i) {  // (between exec and ssh, MOTOR_SSH_COMMAND's sh)
+    for (pid_t c : children_of(client)) {
+      if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
+    }
+    std::this_thread::sleep_for(10ms);
   }
-  EXPECT_EQ(killed, 1);
+  EXPECT_EQ(killed, 1) << [&] {
+    std::string seen = fmt::format("client {} ({}):", client, comm_of(client));
+    for (pid_t c : children_of(client)) seen += fmt::format(" {} ({})", c, comm_of(c));
+    return seen;
+  }();
   auto ran = run.get();
   EXPECT_EQ(ran.exit_code, 0) << ran.err;
   std::string expected = marker + "\n";
-  for (int i = 1; i <= 40; ++i) expected += fmt::format("line {}\n", i);
+  for (int i = 1; i <= 100; ++i) expected += fmt::format("line {}\n", i);
   EXPECT_EQ(ran.out, expected);
   auto list = sshd_->motor(alice_, {"list", "--json"});
   EXPECT_EQ(count(list.out, "\"job_id\""), 1u) << "the job was submitted once: " << list.out;
@@ -290,9 +325,11 @@ TEST_F(RemoteCallers, ErrorsAreOneLineWithTheirOwnExitStatus) {
   const std::string plain = sshd_->make_key("plain");
   const std::string no_caller = sshd_->make_key("nocaller");
   const std::string down = sshd_->make_key("down");
+  const std::string bad_name = sshd_->make_key("badname");
   sshd_->authorize("motor", R"(restrict,command="echo welcome to the build host")", plain);
   sshd_->authorize("motor", SshServer::bridge_options(runner_->socket(), ""), no_caller);
   sshd_->authorize("motor", SshServer::bridge_options(sshd_->dir() + "/no-runner.sock", "carol"), down);
+  sshd_->authorize("motor", SshServer::bridge_options(runner_->socket(), "bad/name"), bad_name);
   ASSERT_TRUE(start_sshd());
   struct Case {
     std::string what, key, expect;
@@ -301,7 +338,8 @@ TEST_F(RemoteCallers, ErrorsAreOneLineWithTheirOwnExitStatus) {
   for (const Case& c : {Case{"authentication refused", stranger, "refused this caller over SSH", 77},
                         Case{"account not bridged", plain, "is not motor-runner connect", 77},
                         Case{"bridge account without a caller", no_caller, "forced command", 77},
-                        Case{"runner down behind SSH", down, "no runner answers", 75}}) {
+                        Case{"runner down behind SSH", down, "no runner answers", 75},
+                        Case{"caller name refused by the runner", bad_name, "refused the caller name", 77}}) {
     auto r = sshd_->motor(c.key, {"list"});
     EXPECT_EQ(r.exit_code, c.code) << c.what << ": " << r.err;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.what << ": " << r.err;
