@@ -1,6 +1,7 @@
 #include "client/cli.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -121,13 +122,58 @@ std::string job_ref_params(const CliOptions& o, const std::optional<std::string>
   return w.take();
 }
 
+Endpoint endpoint_of(const CliOptions& o) { return Endpoint{o.socket_path, o.host}; }
+
+Expected<Connection> connect_to(const CliOptions& o) { return Connection::open(endpoint_of(o), std::getenv("MOTOR_SSH_COMMAND")); }
+
+// Sleeps `ms`; false if Ctrl-C came first (SIGINT is unblocked only while waiting, see run_cli).
+bool backoff_wait(int ms) {
+  sigset_t during_wait;
+  sigprocmask(SIG_SETMASK, nullptr, &during_wait);
+  sigdelset(&during_wait, SIGINT);
+  const timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  return !(ppoll(nullptr, 0, &ts, &during_wait) < 0 && errno == EINTR && interrupted());
+}
+
+// The connection broke while following `job_id`: reconnects with backoff (0.2 s doubling up to
+// 5 s; about three minutes in all) and attaches from `last_seq` + 1, so nothing is run twice and
+// nothing is missed. False, with `why`, when the runner stayed out of reach, refused us for good,
+// or the caller gave up (Ctrl-C).
+bool resume_follow(const CliOptions& o, Connection& conn, int64_t& request_id, const std::string& job_id, int64_t last_seq,
+                   const std::optional<std::string>& secret, Error& why) {
+  constexpr int kAttempts = 40;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (!backoff_wait(std::min(200 << std::min(attempt, 5), 5000))) {
+      why = Error{"interrupted", "stopped reconnecting (Ctrl-C); the job was not cancelled"};
+      return false;
+    }
+    auto again = connect_to(o);
+    if (!again) {
+      why = again.error();
+      if (exit_code_for_error(why.code) != kExitTransient) return false;
+      continue;
+    }
+    conn = std::move(*again);
+    CliOptions again_opts = o;
+    again_opts.job_id = job_id;
+    auto id = conn.request("exec.attach", job_ref_params(again_opts, secret, last_seq + 1));
+    if (!id) {
+      why = id.error();
+      continue;
+    }
+    request_id = *id;
+    return true;
+  }
+  return false;
+}
+
 // Follows a job's stream (exec.run or exec.attach) to its terminal record. If the connection
 // breaks, reconnects and attaches from the last seq seen + 1: a job is never run twice.
 int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std::string job_id, int64_t last_seq,
                   int secret_fd, const std::optional<std::string>& secret) {
   bool cancel_sent = false;
   bool cancel_wanted = false;  // Ctrl-C before the job had an id: cancel once it has one
-  for (int reconnects = 0;;) {
+  for (;;) {
     auto m = conn.read(&interrupted);
     if (!m && m.error().code == "interrupted") {
       if (g_interrupts > 1) return kExitCancelled;
@@ -143,20 +189,19 @@ int follow_stream(const CliOptions& o, Connection& conn, int64_t request_id, std
       continue;
     }
     if (!m) {
-      if (m.error().code != "unreachable" || job_id.empty() || reconnects >= 30) {
+      if (m.error().code != "unreachable" || job_id.empty()) {
         print_error(m.error());
         return exit_code_for_error(m.error().code);
       }
       // Resume where we were; the runner keeps the job's history.
-      std::this_thread::sleep_for(std::chrono::milliseconds(200 * (1 + reconnects)));
-      ++reconnects;
-      auto again = Connection::open(o.socket_path);
-      if (!again) continue;
-      conn = std::move(*again);
-      CliOptions again_opts = o;
-      again_opts.job_id = job_id;
-      auto id = conn.request("exec.attach", job_ref_params(again_opts, secret, last_seq + 1));
-      if (id) request_id = *id;
+      Error why = m.error();
+      if (!resume_follow(o, conn, request_id, job_id, last_seq, secret, why)) {
+        print_error(why);
+        fmt::print(stderr, "motor: job {} is still the runner's; follow it later with: motor {} attach {} --from-seq {}\n",
+                   job_id, endpoint_of(o).as_option(), job_id, last_seq + 1);
+        const int code = exit_code_for_error(why.code);
+        return code == kExitSoftware ? kExitTransient : code;
+      }
       continue;
     }
     if (o.json && secret_fd >= 0 && m->type == "accepted") {
@@ -271,7 +316,7 @@ void print_list(std::string_view raw) {
   simdjson::dom::parser parser;
   simdjson::dom::array jobs;
   if (parser.parse(raw.data(), raw.size())["result"]["jobs"].get_array().get(jobs)) return;
-  fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", "JOB", "STATE", "WORKSPACE", "OUTCOME", "COMMAND");
+  fmt::print("{:<36}  {:<8}  {:<12}  {:<12}  {:<16}  {}\n", "JOB", "STATE", "CALLER", "WORKSPACE", "OUTCOME", "COMMAND");
   for (auto j : jobs) {
     auto text = [&](const char* key) {
       std::string_view v;
@@ -287,7 +332,8 @@ void print_list(std::string_view raw) {
     }
     // Every field is the runner's or a caller's text: escaped, so no caller writes escape sequences
     // into the operator's terminal.
-    fmt::print("{:<36}  {:<8}  {:<12}  {:<16}  {}\n", escape_control_chars(text("job_id")), escape_control_chars(text("state")),
+    fmt::print("{:<36}  {:<8}  {:<12}  {:<12}  {:<16}  {}\n", escape_control_chars(text("job_id")),
+               escape_control_chars(text("state")), escape_control_chars(text("caller")),
                escape_control_chars(text("workspace_key")), outcome, escape_control_chars(text("summary")));
   }
 }
@@ -388,7 +434,7 @@ int run_workspace(const CliOptions& o, Connection& conn) {
 }  // namespace
 
 const char* usage_text() {
-  return R"(usage: motor [--socket PATH] COMMAND ...
+  return R"(usage: motor [--socket PATH | --host ssh://[user@]host[:port]] COMMAND ...
 
   motor run [-w KEY] [--cwd DIR] [--timeout S] [--cpus N] [--memory SIZE] [--priority interactive|batch]
             [--network offline|outbound] [--env NAME=VALUE]... [--json] (-- CMD [ARGS...] | -c 'SHELL COMMAND')
@@ -413,8 +459,10 @@ Inside a Git checkout, `run` first prepares the checkout's workspace (key -w KEY
 from the checkout's path), then runs in the same directory relative to its root; --no-sync
 skips that. A transfer shows its progress when stdout is a terminal.
 
-The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. Options may come before
-or after other arguments. SIZE takes K, M or G (powers of 1024).
+The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. --host (or $MOTOR_HOST)
+reaches a runner on another host through OpenSSH and a reused control master; $MOTOR_SSH_COMMAND
+replaces `ssh` and its options (docs/remote-callers.md). Options may come before or after other
+arguments. SIZE takes K, M or G (powers of 1024).
 
 `run` streams the job's stdout and stderr and exits with the job's status: its exit code; 128+N
 for signal N; 124 if killed at its deadline; 130 if cancelled (Ctrl-C cancels the job); 75 if
@@ -425,11 +473,17 @@ A direct job's secret is printed once on stderr, or written to a new 0600 file w
 )";
 }
 
-Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket) {
+Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket, const char* env_host) {
   CliOptions o;
   o.socket_path = env_socket && *env_socket ? env_socket : kDefaultSocket;
+  bool socket_given = false;
+  if (env_host && *env_host) {
+    auto host = parse_ssh_url(env_host);
+    if (!host) return usage("MOTOR_HOST=" + host.error().message);
+    o.host = std::move(*host);
+  }
   std::vector<std::string> positional;
-  bool rest_is_command = false;
+  bool rest_is_command = false, host_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (rest_is_command) {
@@ -496,6 +550,14 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       auto v = value();
       if (!v) return v.error();
       o.socket_path = *v;
+      socket_given = true;
+    } else if (name == "--host") {
+      auto v = value();
+      if (!v) return v.error();
+      auto host = parse_ssh_url(*v);
+      if (!host) return usage("--host " + host.error().message);
+      o.host = std::move(*host);
+      host_given = true;
     } else if (name == "-w" || name == "--workspace") {
       auto v = value();
       if (!v) return v.error();
@@ -543,6 +605,8 @@ Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char*
       positional.push_back(a);
     }
   }
+  if (socket_given && host_given) return usage("give either --host or --socket, not both");
+  if (socket_given) o.host.reset();  // an explicit socket wins over $MOTOR_HOST
   if (positional.empty()) return usage("no command given (run, attach, status, cancel or list)");
   o.command = positional[0];
   const size_t extra = positional.size() - 1;
@@ -616,10 +680,10 @@ int run_cli(const CliOptions& o) {
   if (o.command == "screen") {
     return run_screen(ScreenRequest{.range = o.screen_range, .diff_file = o.screen_diff, .from_stdin = o.screen_stdin, .json = o.json});
   }
-  auto conn = Connection::open(o.socket_path);
+  auto conn = connect_to(o);
   if (!conn) {
-    fmt::print(stderr, "motor: {}\n", conn.error().message);
-    return kExitTransient;
+    print_error(conn.error());
+    return exit_code_for_error(conn.error().code);
   }
   if (o.command == "run" || o.command == "attach") {
     struct sigaction sa {};

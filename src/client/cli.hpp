@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/ssh_target.hpp"
 #include "motor/expected.hpp"
 
 namespace motor::client {
@@ -14,6 +15,7 @@ namespace motor::client {
 struct CliOptions {
   std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | screen
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
+  std::optional<SshTarget> host;       // --host ssh://..., else $MOTOR_HOST: the runner is there
   std::string workspace_key = "default";
   bool workspace_key_given = false;          // -w: else run derives one from the checkout
   bool no_sync = false;                      // run: do not prepare the checkout first
@@ -49,7 +51,8 @@ inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";
 
 // Options may come before or after positional arguments; everything after "--" is the command.
 // Errors are usage errors: the message names the problem and the fix.
-Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket);
+// `env_host`: $MOTOR_HOST (an explicit --socket wins over it, as --host over $MOTOR_SOCKET).
+Expected<CliOptions> parse_cli(const std::vector<std::string>& args, const char* env_socket, const char* env_host = nullptr);
 
 const char* usage_text();
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "motor/sys_error.hpp"
+#include "motor/version.hpp"
 
 namespace motor::client {
 
@@ -30,6 +31,71 @@ Expected<Connection> Connection::open(const std::string& socket_path) {
     return make_error("unreachable", fmt::format("cannot reach the runner at {}: {}{}", socket_path, std::strerror(err), hint));
   }
   return Connection(std::move(fd));
+}
+
+Expected<Connection> Connection::open(const Endpoint& endpoint, const char* ssh_command) {
+  if (!endpoint.ssh) return open(endpoint.socket_path);
+  auto c = open_ssh(*endpoint.ssh, ssh_command);
+  if (c) return c;
+  // Ended before the runner spoke, perhaps on a dead or stuck control master: once more on a new
+  // one. (A socket file nobody listens on ssh replaces by itself.)
+  if (c.error().code != "unreachable") return c;
+  return open_ssh(*endpoint.ssh, ssh_command);
+}
+
+Expected<Connection> Connection::open_ssh(const SshTarget& target, const char* ssh_command) {
+  UniqueFd socket;
+  auto session = SshSession::start(target, ssh_command, socket);
+  if (!session) return session.error();
+  Connection c(std::move(socket));
+  c.ssh_ = std::make_unique<SshSession>(std::move(*session));
+  // Covers ssh's own ConnectTimeout (10 s) and a login; a master that never answers ends here.
+  if (auto st = c.hello(std::chrono::seconds(20)); !st) {
+    if (st.error().code == "timeout" || st.error().code == kHostUnreachable || st.error().code == kNotBridged) {
+      if (c.ssh_->replace_dead_master()) return make_error("unreachable", st.error().message);
+    }
+    if (st.error().code == "timeout") {
+      return make_error(kHostUnreachable, fmt::format("no answer from {} over SSH within 20 s; try again later", target.host));
+    }
+    return st.error();
+  }
+  return c;
+}
+
+// runner.hello with id 0 (the bridge's own runner.identify used id 0 and is answered by now), so
+// the ids and replies the caller sees are the same as on a local socket.
+Status Connection::hello(std::chrono::milliseconds limit) {
+  if (auto s = send_raw(R"({"id":0,"method":"runner.hello","params":{}})"); !s) {
+    return s.error().code == "unreachable" ? ssh_->ended(false) : s.error();
+  }
+  if (auto st = fill(nullptr, limit); !st) return st.error();
+  std::string frame = std::move(frames_.front());
+  frames_.pop_front();
+  auto m = protocol::parse_message(parser_, frame);
+  if (!m) return make_error(kNotBridged, "the host's motor-runner connect sent a message this client cannot read");
+  if (auto refusal = as_refusal(*m)) return *refusal;
+  const std::string& host = ssh_->target().host;
+  if (m->kind == protocol::Message::Kind::kError && m->error_message.find("unknown method") != std::string::npos) {
+    return make_error(kRunnerTooOld, fmt::format("the runner on {} is too old for this client (runner.hello: {}); ask its "
+                                                 "operator to upgrade motor-runner",
+                                                 host, m->error_message));
+  }
+  if (m->kind == protocol::Message::Kind::kError) {
+    // The bridge's runner.identify (also id 0) was refused, and the bridge passed that on.
+    return make_error(m->error_code == "unauthorized" ? "unauthorized" : kNotBridged,
+                      fmt::format("the runner on {} refused the caller name this key's forced command gives ({}: {}); "
+                                  "the operator fixes the authorized_keys line",
+                                  host, m->error_code, m->error_message));
+  }
+  simdjson::dom::element result;
+  int64_t protocol = 0;
+  if (parser_.parse(frame.data(), frame.size())["result"].get(result) || result["protocol"].get_int64().get(protocol) ||
+      protocol < kProtocolVersion) {
+    return make_error(kRunnerTooOld, fmt::format("the runner on {} speaks protocol {}, this client needs {}; ask its "
+                                                 "operator to upgrade motor-runner",
+                                                 host, protocol, kProtocolVersion));
+  }
+  return {};
 }
 
 std::optional<Error> Connection::as_refusal(const protocol::Message& m) {
@@ -79,8 +145,14 @@ Expected<int64_t> Connection::request(std::string_view method, std::string_view 
   return id;
 }
 
-Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
+Error Connection::stream_ended() {
+  if (ssh_) return ssh_->ended(runner_answered_);
+  return make_error("unreachable", "the runner closed the connection");
+}
+
+Status Connection::fill(bool (*interrupted)(), std::chrono::milliseconds limit) {
   std::vector<char> buf(64 * 1024);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   while (frames_.empty()) {
     pollfd p{fd_.get(), POLLIN, 0};
     // SIGINT is blocked except inside ppoll (run_cli blocks it), so a Ctrl-C can only land
@@ -88,20 +160,42 @@ Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
     sigset_t during_wait;
     sigprocmask(SIG_SETMASK, nullptr, &during_wait);
     sigdelset(&during_wait, SIGINT);
-    const int pr = ppoll(&p, 1, nullptr, &during_wait);
+    timespec left{};
+    if (limit.count() >= 0) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      if (ns.count() <= 0) return make_error("timeout", "no answer in time");
+      left.tv_sec = static_cast<time_t>(ns.count() / 1000000000);
+      left.tv_nsec = static_cast<long>(ns.count() % 1000000000);
+    }
+    const int pr = ppoll(&p, 1, limit.count() >= 0 ? &left : nullptr, &during_wait);
     if (pr < 0 && errno == EINTR) {
       if (interrupted && interrupted()) return make_error("interrupted", "interrupted");
       continue;
     }
+    if (pr == 0) continue;  // the deadline is checked above
     const ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return make_error("unreachable", "the runner closed the connection");
+    if (n <= 0) return stream_ended();
     std::vector<std::string> got;
     if (auto st = decoder_.feed(std::string_view(buf.data(), static_cast<size_t>(n)), got); !st) {
+      if (ssh_ && !runner_answered_) {
+        // Not our protocol at all: the login ran something else (a shell, a banner, a menu).
+        ssh_->ended(false);
+        return make_error(kNotBridged, fmt::format("{} answered over SSH with something that is not motor-runner connect: "
+                                                   "the account needs the forced command of conf/authorized_keys.example "
+                                                   "(docs/remote-callers.md)",
+                                                   ssh_->target().host));
+      }
       return make_error("protocol", "the runner sent a broken frame: " + st.error().message);
     }
     for (auto& f : got) frames_.push_back(std::move(f));
   }
+  runner_answered_ = true;
+  return {};
+}
+
+Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
+  if (auto st = fill(interrupted, std::chrono::milliseconds(-1)); !st) return st.error();
   std::string frame = std::move(frames_.front());
   frames_.pop_front();
   auto m = protocol::parse_message(parser_, frame);

@@ -1,13 +1,18 @@
-// The client's side of a session: a blocking Unix socket carrying frames.
+// The client's side of a session: a blocking socket carrying frames, to the runner's Unix socket
+// or to an SSH session (ssh_session.hpp) that reaches `motor-runner connect` on another host.
 #pragma once
 
 #include <simdjson.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "client/ssh_session.hpp"
+#include "client/ssh_target.hpp"
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
 #include "protocol/frame.hpp"
@@ -18,6 +23,12 @@ namespace motor::client {
 class Connection {
  public:
   static Expected<Connection> open(const std::string& socket_path);
+  // The socket, or over SSH: starts the session (riding or starting the control master, replacing
+  // a dead one) and asks runner.hello (request id 0, its reply not shown), so that a host that is
+  // not reachable, a refused key, an account without the bridge, a runner down behind SSH or too
+  // old fail here, each with its own error code (ssh_session.hpp). `ssh_command`:
+  // $MOTOR_SSH_COMMAND.
+  static Expected<Connection> open(const Endpoint& endpoint, const char* ssh_command);
 
   // Sends {"id":N,"method":M,"params":P}; returns N.
   Expected<int64_t> request(std::string_view method, std::string_view params_json);
@@ -34,9 +45,18 @@ class Connection {
 
  private:
   explicit Connection(UniqueFd fd) : fd_(std::move(fd)) {}
+  static Expected<Connection> open_ssh(const SshTarget& target, const char* ssh_command);
+  Status hello(std::chrono::milliseconds limit);
+  // Reads frames into frames_ until there is one; `limit` < 0: no limit. Errors: the stream
+  // ended ("unreachable", or over SSH why), a broken frame ("protocol"), "interrupted", "timeout".
+  Status fill(bool (*interrupted)(), std::chrono::milliseconds limit);
+  Error stream_ended();
   // What the runner sent before it closed the connection, read without waiting: its refusal.
   std::optional<Error> queued_refusal();
   static std::optional<Error> as_refusal(const protocol::Message& m);
+  // Declared before fd_, so destroyed after it: the socket closes first, ssh sees EOF and exits.
+  std::unique_ptr<SshSession> ssh_;
+  bool runner_answered_ = false;
   UniqueFd fd_;
   protocol::FrameDecoder decoder_;
   std::deque<std::string> frames_;

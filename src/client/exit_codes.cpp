@@ -1,5 +1,7 @@
 #include "client/exit_codes.hpp"
 
+#include "client/ssh_session.hpp"
+
 namespace motor::client {
 
 int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed) {
@@ -21,7 +23,9 @@ int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::str
 }
 
 int exit_code_for_error(std::string_view code) {
-  if (code == "unauthorized") return kExitNoPermission;
+  if (code == "unauthorized" || code == kAuthRefused || code == kNotBridged) return kExitNoPermission;
+  if (code == kRunnerTooOld || code == "unavailable") return kExitUnavailable;
+  if (code == kHostUnreachable || code == kRunnerDown) return kExitTransient;
   if (code == "bad_request" || code == "usage") return kExitUsage;
   // A full or draining runner refuses for now, as an unreachable one does: try again later.
   if (code == "unreachable" || protocol::is_transient_refusal(code)) return kExitTransient;

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  auto options = motor::client::parse_cli(args, std::getenv("MOTOR_SOCKET"));
+  auto options = motor::client::parse_cli(args, std::getenv("MOTOR_SOCKET"), std::getenv("MOTOR_HOST"));
   if (!options && motor::client::is_screen_command(args)) {
     bool json = false;
     for (const auto& a : args) json |= a == "--json";

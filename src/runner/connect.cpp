@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,11 +14,40 @@
 #include <fmt/format.h>
 
 #include "motor/fd_io.hpp"
+#include "runner/bridge_account.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/json_writer.hpp"
 
 namespace motor::runner {
+namespace {
+
+// What `motor --host` asks for: the forced command sees it as SSH_ORIGINAL_COMMAND.
+constexpr std::string_view kClientCommand = "motor-runner connect";
+
+// Under sshd, only the client's own request is bridged: `ssh host motor list` and a plain
+// `ssh host` would otherwise wait silently for frames that never come.
+bool unexpected_ssh_command(const std::optional<std::string>& caller) {
+  if (!std::getenv("SSH_CONNECTION")) return false;  // not run by sshd
+  const char* original = std::getenv("SSH_ORIGINAL_COMMAND");
+  if (!original) return caller.has_value();  // a forced command, and the client asked for no command
+  std::string_view asked(original);
+  while (!asked.empty() && (asked.back() == ' ' || asked.back() == '\n')) asked.remove_suffix(1);
+  return !(asked == kClientCommand || asked.starts_with(std::string(kClientCommand) + " "));
+}
+
+}  // namespace
+
 int run_connect_bridge(const std::string& socket_path, const std::optional<std::string>& caller) {
+  if (unexpected_ssh_command(caller)) {
+    fmt::print(stderr, "motor-runner connect: this SSH login only carries motor's protocol; run `motor --host "
+                       "ssh://USER@HOST COMMAND` on your own machine instead (docs/remote-callers.md)\n");
+    return 64;
+  }
+  if (!caller && bridge_uid() == geteuid()) {
+    fmt::print(stderr, "motor-runner connect: the {} account bridges named callers: its authorized_keys line must be "
+                       "command=\"motor-runner connect --caller NAME\" (conf/authorized_keys.example)\n", kBridgeAccount);
+    return 64;
+  }
   int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -219,7 +219,7 @@ void Job::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   });
 
   watch_oom();
-  log_job(id_, "started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
+  log_job(id_, "started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", caller_, pid_, cgroup_name_, cpus_.list(),
           runner_.job_account().name, summary_);
   // Cancelled or past its deadline while the starter worked: kill what now exists.
   if (kill_issued_) kill_tree(nullptr);

@@ -23,6 +23,7 @@
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "reactor/slow_call.hpp"
+#include "runner/bridge_account.hpp"
 #include "runner/env_filter.hpp"
 #include "runner/job_id.hpp"
 #include "runner/log.hpp"
@@ -418,7 +419,7 @@ void Runner::session_opened(Session* session) {
     session->close_after_flush();
     return;
   }
-  bool allowed = session->privileged() ||
+  bool allowed = session->privileged() || session->from_bridge_account() ||
                  std::find(config_.allowed_uids.begin(), config_.allowed_uids.end(), session->peer_uid()) !=
                      config_.allowed_uids.end();
   if (!allowed) {
@@ -454,7 +455,8 @@ void Runner::session_opened(Session* session) {
   }
   // One account cannot take every session (the operator's and the bridge's are not counted
   // here; a bridged caller is counted once it is named, in runner.identify).
-  if (!session->privileged() && sessions_of(*session) >= static_cast<size_t>(config_.max_sessions_per_uid)) {
+  if (!session->privileged() && !session->from_bridge_account() &&
+      sessions_of(*session) >= static_cast<size_t>(config_.max_sessions_per_uid)) {
     log_warning("refused a connection from uid {}: it has {} sessions open (max_sessions_per_uid)", session->peer_uid(),
                 config_.max_sessions_per_uid);
     session->send(protocol::encode_error(
@@ -636,6 +638,10 @@ void Runner::handle_frame(Session& session, const std::string& frame) {
 
 void Runner::dispatch(Session& session, const protocol::Request& r) {
   const std::string& m = r.method;
+  if (session.from_bridge_account() && !session.bridged() && m != "runner.identify") {
+    return session.send(protocol::encode_error(r.id, "unauthorized", fmt::format("the {} account bridges SSH callers: its "
+        "authorized_keys line must name one (command=\"motor-runner connect --caller NAME\")", kBridgeAccount)));
+  }
   if (m == "exec.run") return handle_run(session, r);
   if (m == "exec.cancel") return handle_cancel(session, r);
   if (m == "exec.attach") return handle_attach(session, r);
@@ -652,9 +658,9 @@ void Runner::dispatch(Session& session, const protocol::Request& r) {
     return session.send(protocol::encode_result(r.id, w.str()));
   }
   if (m == "runner.identify") {
-    // Only the bridge (`motor-runner connect`, running as the runner's account) names callers.
-    if (!session.privileged()) {
-      return session.send(protocol::encode_error(r.id, "unauthorized", "only the runner's own account may name a caller"));
+    // Only the bridge (`motor-runner connect` as the bridge account, or as root) names callers.
+    if (!session.may_name_callers() || session.bridged()) {
+      return session.send(protocol::encode_error(r.id, "unauthorized", "only root and the SSH bridge account may name a caller"));
     }
     auto caller = protocol::parse_identify(parser_, r.params_json);
     if (!caller) return session.send(protocol::encode_error(r.id, caller.error().code, caller.error().message));
@@ -1169,6 +1175,7 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   for (const auto& [id, job] : jobs_) {
     if (job->state() != Job::State::kRunning) continue;
     claimed += static_cast<double>(job->cpus().cpus.size());
+    if (!session.privileged() && job->caller() != session.caller()) continue;  // others' jobs: only counted
     w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
     w.field("cpus", job->cpus().list()).field("cpus_shared", job->cpus().overlapping);
     w.field("memory_bytes", job->memory_bytes()).end_object();
@@ -1342,6 +1349,11 @@ void Runner::write_metrics() {
 }
 
 void Runner::handle_drain(Session& session, const protocol::Request& r, bool drain) {
+  // Draining holds up every caller's jobs: not for one of the many callers behind the SSH bridge.
+  if (session.bridged()) {
+    return session.send(
+        protocol::encode_error(r.id, "unauthorized", "a caller behind the SSH bridge may not drain or resume the runner"));
+  }
   auto wait = protocol::parse_flag(parser_, r.params_json, "wait");
   if (!wait) return session.send(protocol::encode_error(r.id, wait.error().code, wait.error().message));
   if (draining_ != drain) {

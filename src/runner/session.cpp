@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "protocol/messages.hpp"
+#include "runner/bridge_account.hpp"
 #include "runner/log.hpp"
 #include "runner/runner.hpp"
 
@@ -55,6 +56,7 @@ Session* Session::accept(Runner& runner, uv_stream_t* server) {
     s->peer_pid_ = cred.pid;
   }
   s->privileged_ = s->peer_uid_ == 0 || s->peer_uid_ == geteuid();
+  s->from_bridge_account_ = !s->privileged_ && bridge_uid() == s->peer_uid_;
   s->caller_ = user_name(s->peer_uid_);
   s->last_received_ms_ = s->last_drained_ms_ = uv_now(server->loop);
   runner.session_opened(s);

@@ -39,8 +39,12 @@ class Session {
   // Named by the bridge: counted per caller name, not per uid (every bridged caller has the
   // runner account's uid).
   bool bridged() const { return bridged_; }
-  // The operator (root) and the runner's own account (the `connect` bridge) see every job.
+  // The operator (root) and the runner's own account see every job.
   bool privileged() const { return privileged_; }
+  // The SSH bridge account (bridge_account.hpp): it must name a caller before anything else.
+  bool from_bridge_account() const { return from_bridge_account_; }
+  // Root and the bridge account, and no one else, may name callers (runner.identify).
+  bool may_name_callers() const { return peer_uid_ == 0 || from_bridge_account_; }
   bool closed() const { return closing_; }
 
   // Queues one message (a JSON object) as a frame. Replies always go out; a client that lets
@@ -115,6 +119,7 @@ class Session {
   pid_t peer_pid_ = 0;
   bool privileged_ = false;
   bool bridged_ = false;
+  bool from_bridge_account_ = false;
   std::string caller_;
   std::vector<std::string> followed_;
 };

@@ -113,5 +113,14 @@ TEST(ExitCodes, ErrorsByTheirCode) {
   EXPECT_EQ(exit_code_for_error("protocol"), 70);
 }
 
+// Over SSH (docs/remote-callers.md): transient ones 75, lasting ones 69 or 77.
+TEST(ExitCodes, RemoteErrorsByTheirCode) {
+  EXPECT_EQ(exit_code_for_error("host_unreachable"), 75);
+  EXPECT_EQ(exit_code_for_error("runner_down"), 75);
+  EXPECT_EQ(exit_code_for_error("auth_refused"), 77);
+  EXPECT_EQ(exit_code_for_error("not_bridged"), 77);
+  EXPECT_EQ(exit_code_for_error("runner_too_old"), 69);
+}
+
 }  // namespace
 }  // namespace motor::client

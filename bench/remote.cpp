@@ -1,0 +1,145 @@
+// Remote callers (issue 18): what `motor --host` costs over OpenSSH against a plain ssh command on
+// a warm control master, measured in the same run (bench/README.md). A real sshd on 127.0.0.1
+// (test/support/sshd_harness), the bridge account, a test runner.
+//
+//  1. `motor --host ssh://motor@127.0.0.1:P run --no-sync -- true`, its key's forced command
+//     `motor-runner connect --caller bench`, through a warm control master, against
+//     `ssh -S MASTER -p P motor@127.0.0.1 true` through a warm master of a forced-command-free
+//     key (the one session a job needs at the least, with nothing of Motor in it). Interleaved,
+//     medians. Goal: ratio <= 1.3.
+//     Besides, to see where the difference goes: the same job through the local socket
+//     (`motor --socket ... run --no-sync -- true`), and `ssh -S MASTER host true` on the motor
+//     key's own master, whose forced command starts `motor-runner connect`, which refuses that
+//     command (exit 64): an SSH session plus the bridge's process start.
+//  2. `motor --host ... run -- true` inside an unchanged, already-synced 10,000-file checkout,
+//     against `motor --host ... run --no-sync -- true` (issue 20's no-change goal over SSH).
+// Run as root (it starts a runner and sshd).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "stats.hpp"
+#include "support/runner_harness.hpp"
+#include "support/sshd_harness.hpp"
+
+namespace {
+
+using motor::bench::median;
+using Clock = std::chrono::steady_clock;
+
+// Wall time of one program, exec to exit (no polling: run_program's 5 ms steps would blur it).
+double timed_ms(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& cwd,
+                int expect = 0) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const auto t0 = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    if (chdir(cwd.c_str()) < 0) _exit(127);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != expect) fmt::print(stderr, "failed ({}): {}\n", status, argv[0]);
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (geteuid() != 0 || motor::test::sshd_binary().empty()) {
+    fmt::print(stderr, "run as root, with openssh-server installed (scripts/setup)\n");
+    return 1;
+  }
+  const int n = argc > 1 ? std::atoi(argv[1]) : 30;
+  motor::test::RunnerProcess runner;
+  if (!runner.start()) {
+    fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
+    return 1;
+  }
+  {
+    motor::test::SshServer sshd;
+    const std::string bench_key = sshd.make_key("bench"), free_key = sshd.make_key("free");
+    sshd.authorize("motor", motor::test::SshServer::bridge_options(runner.socket(), "bench"), bench_key);
+    sshd.authorize("motor", "restrict", free_key);
+    if (!sshd.start()) {
+      fmt::print(stderr, "sshd did not start:\n{}\n", sshd.log());
+      return 1;
+    }
+    const std::string repo = sshd.dir() + "/repo";
+    auto setup = motor::test::run_program(
+        {"/bin/sh", "-ec",
+         fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
+                     "for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
+                     "printf 'directory %s file %s\\n' $d $f > d$d/f$f.txt; done; done && git add -A && git commit -qm tree",
+                     repo)},
+        {}, std::chrono::seconds(600));
+    if (setup.exit_code != 0) fmt::print(stderr, "checkout set-up failed: {}\n", setup.err);
+
+    auto env = sshd.client_env(bench_key);
+    env.push_back("XDG_CACHE_HOME=" + sshd.dir() + "/cache");
+    const std::vector<std::string> motor_run{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--no-sync", "--", "true"};
+    const std::vector<std::string> motor_in_checkout{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--", "true"};
+    const std::string master = sshd.dir() + "/free.master";
+    const std::vector<std::string> ssh_base{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", free_key, "-p",
+                                            std::to_string(sshd.port()), "-o", "ControlPath=" + master};
+    auto with = [](std::vector<std::string> v, const std::vector<std::string>& more) {
+      v.insert(v.end(), more.begin(), more.end());
+      return v;
+    };
+    const auto ssh_true = with(ssh_base, {"-o", "ControlMaster=no", "-T", "motor@127.0.0.1", "true"});
+    const std::vector<std::string> local_run{MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
+    // Warm both masters (and the checkout's first sync).
+    timed_ms(with(ssh_base, {"-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", "motor@127.0.0.1"}), {},
+             sshd.dir());
+    timed_ms(motor_run, env, sshd.dir());
+    timed_ms(motor_in_checkout, env, repo);
+    timed_ms(ssh_true, {}, sshd.dir());
+    const auto sockets = sshd.control_sockets();
+    const std::vector<std::string> bridge_start{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", bench_key, "-p",
+                                                std::to_string(sshd.port()), "-S", sockets.empty() ? "" : sockets[0], "-T",
+                                                "motor@127.0.0.1", "true"};
+
+    std::vector<double> remote, baseline, checkout, remote2, local, bridge;
+    for (int i = 0; i < n; ++i) {
+      // Alternate the order so that neither always runs first after the other.
+      if (i % 2 == 0) {
+        remote.push_back(timed_ms(motor_run, env, sshd.dir()));
+        baseline.push_back(timed_ms(ssh_true, {}, sshd.dir()));
+      } else {
+        baseline.push_back(timed_ms(ssh_true, {}, sshd.dir()));
+        remote.push_back(timed_ms(motor_run, env, sshd.dir()));
+      }
+      checkout.push_back(timed_ms(motor_in_checkout, env, repo));
+      remote2.push_back(timed_ms(motor_run, env, sshd.dir()));
+      local.push_back(timed_ms(local_run, {}, sshd.dir()));
+      bridge.push_back(timed_ms(bridge_start, {}, sshd.dir(), 64));
+    }
+    const std::string load = motor::test::read_file("/proc/loadavg");
+    fmt::print("remote callers over OpenSSH, medians of {} interleaved runs (ms); load average {}", n, load);
+    fmt::print("  motor --host run --no-sync -- true (warm master)   {:8.2f}\n", median(remote));
+    fmt::print("  ssh -S master host true (warm master, free key)    {:8.2f}\n", median(baseline));
+    fmt::print("  ratio                                               {:8.2f}  (goal <= 1.3)\n", median(remote) / median(baseline));
+    fmt::print("  motor --socket run --no-sync -- true (local)       {:8.2f}\n", median(local));
+    fmt::print("  ssh -S motor-key-master host (bridge starts, 64)   {:8.2f}\n", median(bridge));
+    fmt::print("  motor --host run -- true, unchanged 10,000 files   {:8.2f}\n", median(checkout));
+    fmt::print("  motor --host run --no-sync -- true (same rounds)   {:8.2f}\n", median(remote2));
+    fmt::print("  ratio                                               {:8.2f}  (issue 20's goal <= 1.15)\n",
+               median(checkout) / median(remote2));
+  }
+  return 0;
+}
