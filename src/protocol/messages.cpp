@@ -549,6 +549,10 @@ std::string encode_terminal(const TerminalRecord& r) {
   w.field_null("pipestatus");
   w.field("oom_killed", r.oom_killed).field("platform", r.platform).field("network", r.network);
   if (!r.cpus.empty()) w.field("cpus", r.cpus).field("cpus_shared", r.cpus_shared);
+  if (r.cpu_user_us || r.memory_peak_bytes) {
+    w.key("resource_usage").begin_object().field("cpu_user_us", r.cpu_user_us).field("cpu_system_us", r.cpu_system_us);
+    w.field("memory_peak_bytes", r.memory_peak_bytes).end_object();
+  }
   w.end_object();
   return w.take();
 }

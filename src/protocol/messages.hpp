@@ -141,6 +141,8 @@ struct TerminalRecord {
   std::optional<std::string> refusal_detail;
   std::optional<int64_t> retry_after_ms;
   bool oom_killed = false;            // (ext)
+  // (ext) "resource_usage": the job cgroup's CPU time and peak memory, where the kernel said
+  std::optional<int64_t> cpu_user_us, cpu_system_us, memory_peak_bytes;
   std::string cpus;                   // (ext) the cpuset the job ran on ("" if it never ran)
   bool cpus_shared = false;           // (ext) its cores were shared (an oversubscribed host)
   std::string platform = "linux";

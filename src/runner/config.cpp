@@ -88,6 +88,9 @@ init_path = ""
 cache_paths = ""
 # Size cap of each job's private /tmp (a tmpfs).
 job_tmp_size = 1G
+# Buildbarn's build directory (docs/buildbarn.md): root and the runner's account (motor-bb-runner)
+# may run a job on an input root below it (exec.run's host_workspace). "" = off.
+bb_build_directory = ""
 # Workspaces: the account that owns the Git mirrors and parses uploaded bundles (never root),
 # and the largest bundle one workspace.prepare may send.
 workspace_git_user = motor-cache
@@ -405,7 +408,7 @@ constexpr std::string_view kSeconds = "a whole number of seconds";
 constexpr std::string_view kWhole = "a whole number";
 constexpr int64_t kYear = 365 * 24 * 3600;
 
-const std::array<KeySpec, 63> kKeys = {{
+const std::array<KeySpec, 64> kKeys = {{
     {"socket_path", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
        std::string& p = v.scalar;
@@ -557,6 +560,12 @@ const std::array<KeySpec, 63> kKeys = {{
      [](Config& c, Value& v) -> std::optional<std::string> {
        if (!v.scalar.empty() && v.scalar.front() != '/') return "expected an absolute path, got " + shown(v.scalar);
        c.init_path = v.scalar;
+       return std::nullopt;
+     }},
+    {"bb_build_directory", false,
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (auto err = check_absolute_dir(v.scalar, true)) return err;
+       c.bb_build_directory = v.scalar;
        return std::nullopt;
      }},
     {"cache_paths", true,

@@ -57,6 +57,8 @@ struct Config {
   // Shared caches (Cargo registry, git sources, compile cache): host paths every job sees
   // read-only at the same path.
   std::vector<std::string> cache_paths;
+  // Buildbarn's build directory: host_workspace paths resolve beneath it ("" = off).
+  std::string bb_build_directory;
   int64_t job_tmp_bytes = int64_t{1} << 30;
   // Workspaces: the account owning the Git mirrors (parses bundles), the bundle size limit.
   std::string workspace_git_user = "motor-cache";

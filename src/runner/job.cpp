@@ -14,6 +14,7 @@
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
+#include "sandbox/cgroup_usage.hpp"
 #include "runner/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
@@ -538,6 +539,10 @@ void Job::finish() {
     t.outcome.signal = WTERMSIG(wait_status_);
     t.ran = "remote";
   }
+  const sandbox::CgroupUsage usage = sandbox::read_cgroup_usage(cgroup_->directories());  // (ext) resource_usage
+  t.cpu_user_us = usage.cpu_user_us;
+  t.cpu_system_us = usage.cpu_system_us;
+  t.memory_peak_bytes = usage.memory_peak_bytes;
   // The cgroup goes before the terminal record, so a client that saw `terminal` finds nothing of
   // the job left; one still busy (a dying process on a loaded host) is removed in the background.
   if (auto s = [&] {

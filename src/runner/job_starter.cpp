@@ -151,6 +151,7 @@ std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::Spa
   put_binds(w, box.writable);
   put_binds(w, box.read_only);
   w.num(box.tmp_size_bytes);
+  w.str(box.tmp_source);
   w.num(box.shm_size_bytes);
   w.str(box.hostname);
   w.num(box.uid);
@@ -193,6 +194,7 @@ bool decode_request(const std::string& body, Request& q) {
   q.box.writable = get_binds(r);
   q.box.read_only = get_binds(r);
   q.box.tmp_size_bytes = r.num();
+  q.box.tmp_source = r.str();
   q.box.shm_size_bytes = r.num();
   q.box.hostname = r.str();
   q.box.uid = static_cast<uid_t>(r.num());

@@ -25,6 +25,7 @@
 #include "reactor/slow_call.hpp"
 #include "runner/bridge_account.hpp"
 #include "runner/env_filter.hpp"
+#include "runner/host_workspace.hpp"
 #include "runner/job_id.hpp"
 #include "runner/log.hpp"
 #include "runner/runner_lock.hpp"
@@ -717,6 +718,8 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   auto params = protocol::parse_run_params(parser_, r.params_json, static_cast<size_t>(config_.max_argument_bytes));
   if (!params) return session.send(protocol::encode_error(r.id, params.error().code, params.error().message));
   const auto& p = *params;
+  auto host = parse_host_workspace(parser_, r.params_json, session.privileged(), config_.bb_build_directory);
+  if (!host) return session.send(protocol::encode_error(r.id, host.error().code, host.error().message));
   if (p.direct && !config_.direct_jobs) {
     return session.send(protocol::encode_error(r.id, "bad_request",
                                                "direct jobs are not enabled on this runner (direct_jobs = false)"));
@@ -825,14 +828,14 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   protocol::AcceptedRecord a;
   a.job_id = *id;
   a.queue_position = static_cast<int64_t>(position - 1);  // 0: next to start
-  a.env_not_forwarded = filter_env(p.env, config_.env_allow).not_forwarded;
+  if (!*host) a.env_not_forwarded = filter_env(p.env, config_.env_allow).not_forwarded;  // a host_workspace job's is as given
   a.platform = p.platform;
   a.network = p.network;
   if (p.direct) a.secret = std::move(secret);
   std::string accepted = protocol::encode_accepted(a);
   if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
   explicit_bzero(secret.data(), secret.size());
-  pending_[*id] = PendingStart{std::move(*params), std::move(*rel), timeout_s, memory, cpus};  // `p` is gone now
+  pending_[*id] = PendingStart{std::move(*params), std::move(*rel), timeout_s, memory, cpus, std::move(*host)};  // `p` is gone now
   // `accepted` promises the job is on record: it goes out once state.json says so, and the job
   // starts no earlier. If that save fails (a full disk), the job is refused instead.
   session.owe_reply();
@@ -980,8 +983,10 @@ void Runner::start_next() {
     job.finish_unstarted(o, detail.substr(0, 1024));
   };
   reactor::SlowCall timed("starting a job");
-  auto ws = workspace::ensure_workspace_dir(config_.effective_workspace_root(), job.caller(), p.workspace_key,
-                                            job_account_.uid, job_account_.gid);
+  const auto& host = pending.host_workspace;  // (ext) a Buildbarn input root: host_workspace.hpp
+  auto ws = host ? resolve_host_dir(config_.bb_build_directory, host->input_root)
+                 : workspace::ensure_workspace_dir(config_.effective_workspace_root(), job.caller(), p.workspace_key,
+                                                   job_account_.uid, job_account_.gid);
   if (!ws) return refuse("workspace_setup_failed", ws.error().message);
   // Resolved inside the workspace only: a symlink the job planted never makes the answer depend on
   // the host (test build only: "cwd-beneath" falls back to a plain stat as root).
@@ -1005,6 +1010,8 @@ void Runner::start_next() {
   sandbox::SandboxConfig box;
   box.workspace = {*ws, kWorkspaceInJob};
   box.tmp_size_bytes = static_cast<uint64_t>(config_.job_tmp_bytes);
+  if (auto s = host ? use_host_tmp(box, config_.bb_build_directory, *host) : Status{}; !s)
+    return refuse("workspace_setup_failed", s.error().message);
   box.uid = job_account_.uid;
   box.gid = job_account_.gid;
   box.user_name = job_account_.name;
@@ -1036,7 +1043,7 @@ void Runner::start_next() {
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
-  launch.env = job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
+  launch.env = host ? hermetic_env(p.env) : job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
   launch.cwd = rel.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + rel;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;

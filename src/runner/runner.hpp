@@ -20,6 +20,7 @@
 #include "runner/admission.hpp"
 #include "runner/cgroup_retirement.hpp"
 #include "runner/config.hpp"
+#include "runner/host_workspace.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
@@ -161,6 +162,7 @@ class Runner {
     int64_t timeout_s;
     int64_t memory_bytes;
     int64_t cpus;
+    std::optional<HostWorkspaceRequest> host_workspace;  // (ext) host_workspace.hpp
   };
   AdmissionQueue queue_;
   std::map<std::string, PendingStart> pending_;

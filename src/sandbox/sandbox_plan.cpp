@@ -207,8 +207,15 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
                                  "nameserver " + format_ipv4(config.network->gateway) + "\noptions timeout:2 attempts:2\n",
                                  0444));
   }
-  mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
-                                     kWritable, false));
+  if (!config.tmp_source.empty()) {  // a host scratch directory (motor-bb-runner's temporary_directory)
+    auto is_dir = host_source(config.tmp_source, "tmp source");
+    if (!is_dir) return is_dir.error();
+    if (!*is_dir) return make_error("config", "tmp source " + config.tmp_source + " is not a directory");
+    mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, kWritable, "bind the host tmp directory"));
+  } else {
+    mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
+                                       kWritable, false));
+  }
   plan_devices(mounts.ops, config.shm_size_bytes);
   plan_proc(mounts.ops);
   if (control_weakened("no-sys")) mounts.ops.push_back(bind_op("/sys", "/sys", true, kWritable, "bind host /sys (test build)"));

@@ -60,6 +60,7 @@ struct SandboxConfig {
   std::vector<BindMount> writable;    // more writable binds (the workspace's target dir)
   std::vector<BindMount> read_only;   // sibling workspaces, shared caches: read-only, nosuid, nodev
   uint64_t tmp_size_bytes = uint64_t{1} << 30;  // private /tmp tmpfs cap
+  std::string tmp_source;             // a host directory bound writable at /tmp instead (Buildbarn's)
   uint64_t shm_size_bytes = uint64_t{64} << 20; // /dev/shm tmpfs cap
   std::string hostname = "motor-job";
   uid_t uid = 0;                      // the job account (motor-job); 0 is refused
