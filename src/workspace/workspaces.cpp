@@ -453,6 +453,13 @@ void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t re
     if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
       return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
     }
+    // Untouched since its checkout (the scan after each job found no change and no .git): the
+    // checkout would change nothing. An unchanged checkout's `motor run` costs no helper then.
+    if (!it->second.dirty) {
+      it->second.tree.bundle_bytes = 0;
+      it->second.tree.fetch_ms = it->second.tree.checkout_ms = 0;
+      return reply(final_reply(request_id, "", std::nullopt, &it->second));
+    }
     Record next = it->second;
     next.tree.bundle_bytes = 0;
     next.tree.fetch_ms = 0;
