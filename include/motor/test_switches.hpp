@@ -18,7 +18,7 @@ namespace motor {
 // the code that applies the control checks control_weakened(NAME) at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
-inline constexpr std::array<std::string_view, 39> kWeakenableControls = {
+inline constexpr std::array<std::string_view, 40> kWeakenableControls = {
     "empty-root",          // runner.cpp: host /root, /etc/shadow and the state dir bound into the job
     "readonly-root",       // mounts.cpp: the job's root tmpfs is left writable
     "readonly-toolchain",  // sandbox_plan.cpp: toolchain paths bound writable
@@ -43,6 +43,7 @@ inline constexpr std::array<std::string_view, 39> kWeakenableControls = {
     "seccomp-vsock",       // seccomp_policy.cpp: ... without the AF_VSOCK socket rule
     "seccomp-uevent",      // seccomp_policy.cpp: ... without the NETLINK_KOBJECT_UEVENT socket rule
     "init-nondumpable",    // sandbox_plan.cpp: motor-init stays dumpable (/proc/1/mem writable by the job)
+    "workspace-names",     // workspace_names.cpp, sandbox_plan.cpp: workspaces at <caller>/<key>, motor-init bound from its host path
     "pts-max",             // devices.cpp: the job's devpts without max=
     "proc-masks",          // proc.cpp: /proc/cmdline, boot_id, key-users, config.gz not masked
     "socket-buffers",      // cgroup_v1.cpp: no memory.kmem.tcp.limit_in_bytes (socket buffers uncharged)

@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <span>
 
 #include <fmt/format.h>
 
+#include "client/checkout_fingerprint.hpp"
 #include "client/git_process.hpp"
 #include "motor/unique_fd.hpp"
 #include "protocol/base64.hpp"
@@ -39,15 +41,6 @@ Expected<std::string> git_ok(const std::vector<std::string>& args, const std::ve
     return Error{"git", fmt::format("git {} failed: {}", args.size() > 2 ? args[2] : args[0], trimmed(r->err))};
   }
   return trimmed(r->out);
-}
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 bool file_exists(const std::string& p) {
@@ -143,6 +136,41 @@ void collect_cache_if_large(const std::string& cache) {
   (void)git({"--git-dir=" + cache, "gc", "--quiet", "--prune=1.day.ago"}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
 }
 
+// $XDG_CACHE_HOME (or ~/.cache): the client's cache repositories and fingerprints.
+std::string cache_base() {
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  const char* home = getenv("HOME");
+  return xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
+}
+
+// The checkout `dir` is in, without starting git: only for a checkout whose last sync left a
+// fingerprint (which holds git's own answers for it) and a plain `.git` directory; nullopt
+// sends the caller to `git rev-parse`.
+std::optional<Checkout> checkout_from_fingerprint(const std::string& dir) {
+  char real[PATH_MAX];
+  if (!realpath(dir.c_str(), real)) return std::nullopt;
+  std::string root = real;
+  for (;;) {
+    struct stat st {};
+    if (root.find("/.git/") != std::string::npos || root.ends_with("/.git")) return std::nullopt;  // git says: not a work tree
+    if (lstat((root == "/" ? std::string("/.git") : root + "/.git").c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) return std::nullopt;  // a worktree link, or someone else's
+      break;
+    }
+    if (root == "/") return std::nullopt;
+    root.resize(std::max<size_t>(root.rfind('/'), 1));
+  }
+  UniqueFd fd(open(fingerprint_path(cache_base(), root).c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  Checkout c;
+  c.root = root;
+  const std::string here = real;
+  c.rel_cwd = here.size() > root.size() ? here.substr(root.size() + (root == "/" ? 0 : 1)) : "";
+  c.objects_dir = root + "/.git/objects";
+  c.index_path = root + "/.git/index";
+  return c;
+}
+
 void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_point start, bool done) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = s > 0 ? static_cast<double>(sent) / s : 0;
@@ -153,6 +181,7 @@ void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_
 }  // namespace
 
 Expected<Checkout> find_checkout(const std::string& dir) {
+  if (auto known = checkout_from_fingerprint(dir)) return *known;
   // One git call for all four: each process costs ~10-20 ms on a loaded host.
   auto r = git({"-C", dir, "rev-parse", "--show-toplevel", "--show-prefix", "--path-format=absolute", "--git-path",
                 "objects", "--git-path", "index"});
@@ -185,7 +214,7 @@ std::string derive_workspace_key(const std::string& root) {
   while (!safe.empty() && safe[0] == '.') safe.erase(0, 1);
   if (safe.size() > 100) safe.resize(100);
   if (safe.empty()) safe = "checkout";
-  return fmt::format("{}-{:08x}", safe, static_cast<uint32_t>(fnv1a(root)));
+  return fmt::format("{}-{:08x}", safe, static_cast<uint32_t>(path_hash(root)));
 }
 
 Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
@@ -196,10 +225,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
 
   // The private cache repository: objects of synthetic commits, the private index (its stat
   // data makes the next `git add` hash only what changed) and the last bundled commits.
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  const char* home = getenv("HOME");
-  std::string cache_base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
-  const std::string cache = fmt::format("{}/motor/repos/{:016x}.git", cache_base, fnv1a(*objects));
+  const std::string cache = fmt::format("{}/motor/repos/{:016x}.git", cache_base(), path_hash(*objects));
   if (!file_exists(cache + "/HEAD")) {
     if (auto s = git_ok({"init", "-q", "--bare", cache}); !s) return s.error();
     if (auto s = git_ok({"--git-dir=" + cache, "config", "gc.auto", "0"}); !s) return s.error();
@@ -215,9 +241,23 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
     if (auto s = copy_file(*index, private_index); !s) return s.error();
   }
   const std::vector<std::string> private_env = {"GIT_INDEX_FILE=" + private_index, "GIT_OBJECT_DIRECTORY=" + cache + "/objects"};
-  if (auto s = git_ok({"-C", root, "add", "-A", "--", "."}, private_env); !s) return s.error();
-  auto tree = git_ok({"-C", root, "write-tree"}, private_env);
-  if (!tree) return tree.error();
+  // Nothing changed since the last sync (checkout_fingerprint.hpp): its tree, without git.
+  const std::string fingerprint = fingerprint_path(cache_base(), root);
+  std::optional<std::string> unchanged = untrusted_base ? std::nullopt : unchanged_tree(fingerprint, root);
+  if (unchanged && !protocol::is_object_id(*unchanged)) unchanged.reset();
+  const bool plain_layout = *objects == index->substr(0, index->rfind('/')) + "/objects";
+  FingerprintStart fp_start;
+  if (!unchanged && plain_layout) fp_start = begin_fingerprint(root, index->substr(0, index->rfind('/')), cache);
+  Expected<std::string> tree = unchanged ? Expected<std::string>(*unchanged) : Expected<std::string>(std::string());
+  if (!unchanged) {
+    if (auto s = git_ok({"-C", root, "add", "-A", "--", "."}, private_env); !s) return s.error();
+    tree = git_ok({"-C", root, "write-tree"}, private_env);
+    if (!tree) return tree.error();
+  }
+  // After a prepare the runner has this tree: the fingerprint vouches for it next time.
+  auto remember = [&](const PrepareOutcome& o) {
+    if (!unchanged && o.prepared && !untrusted_base) save_fingerprint(fingerprint, root, *tree, private_index, fp_start);
+  };
   const std::vector<std::string> fixed_identity = {
       "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
       "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
@@ -244,7 +284,10 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (!first) return first.error();
   if (first->kind == protocol::Message::Kind::kError) return Error{first->error_code, first->error_message};
   PrepareOutcome outcome;
-  if (read_outcome(parser, first->raw, outcome)) return outcome;
+  if (read_outcome(parser, first->raw, outcome)) {
+    remember(outcome);
+    return outcome;
+  }
 
   simdjson::dom::element result;
   if (parser.parse(first->raw)["result"].get(result)) return Error{"bad_reply", "workspace.prepare: no result"};
@@ -275,6 +318,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
     commit_args.push_back(screen_base);
   }
   auto commit = git_ok(commit_args, fixed_identity);
+  if (!commit && unchanged) unlink(fingerprint.c_str());  // its tree is gone from the cache: the next run syncs in full
   if (!commit) return commit.error();
   // The keep ref (what the cache's pruning keeps) is written while the bundle is made and sent.
   auto keep = git({"--git-dir=" + cache, "update-ref", "refs/motor/keep/" + key, *commit}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
@@ -344,6 +388,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (!r) return r.error();
   if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
   if (!read_outcome(parser, r->raw, outcome)) return Error{"bad_reply", "workspace.finish: no outcome"};
+  remember(outcome);
   if (outcome.prepared) collect_cache_if_large(cache);
   return outcome;
 }

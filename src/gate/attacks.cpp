@@ -32,6 +32,7 @@
 #include "sandbox/devices.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/netpolicy.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::gate {
 namespace {
@@ -135,6 +136,12 @@ std::string py(std::string_view s) {
 std::string py_split(std::string_view s) {
   const size_t half = s.size() / 2;
   return "(" + py(s.substr(0, half)) + " + " + py(s.substr(half)) + ")";
+}
+
+// The host directory of the gate's own workspace `key` (the runner's opaque name for it).
+std::string gate_workspace_dir(const AttackEnv& env, const std::string& key) {
+  auto dir = workspace::workspace_dir_path(env.workspace_root, "root", key);
+  return dir ? *dir : std::string();
 }
 
 JobRequest python_job(const AttackEnv& env, const std::string& vars, std::string_view body, int64_t timeout_s = 60) {
@@ -751,11 +758,11 @@ Attack other_caller() {
     other.argv = {"/bin/sh", "-c", other.command, canary};
     other.timeout_s = 30;
     auto made = env.run_job_as_other(other, 60'000);
-    const std::string host_file = env.workspace_root + "/" + env.other_caller + "/" + env.workspace_key + "/secret.txt";
+    const std::string host_file = env.other_workspace + "/secret.txt";
     if (!made.exited(0) || read_host(host_file) != canary) {
       return inconclusive("the other caller's job did not write " + host_file + ": " + made.outcome_text() + " " + tail(made.err));
     }
-    const std::string rel = "/workspace/../" + env.other_caller + "/" + env.workspace_key + "/secret.txt";
+    const std::string rel = "/workspace/.." + env.other_workspace.substr(env.workspace_root.size()) + "/secret.txt";
     auto r = run(env, python_job(env, fmt::format("HOST = {}\nREL = {}\n", py(host_file), py(rel)),
                                  R"PY(T('read ' + HOST, lambda: R(HOST))
 T('read ' + REL, lambda: R(REL))
@@ -892,7 +899,7 @@ Attack screened_code_change() {
     const GatePrepare prepared = prepare_gate_workspace(env, key, true);
     if (!prepared.error.empty()) return inconclusive(prepared.error);
     // The untrusted job either way: it must not run.
-    auto [r, ran] = untrusted_canary_job(env, key, env.workspace_root + "/root/" + key);
+    auto [r, ran] = untrusted_canary_job(env, key, gate_workspace_dir(env, key));
     drop_gate_workspace(env, key);
     if (ran) return through(fmt::format("the prepare: {}; the job ran: {}", prepared.reason, r.outcome_text()));
     if (prepared.reason != "screen_refused" || r.outcome.reason != "screen_refused") {
@@ -928,7 +935,7 @@ Attack scan_attack(std::string id, std::string control, std::string description,
     // A scan that blocked keeps the workspace busy and the drop is refused: the gate removes it
     // from the host itself (remove_all follows no symlink).
     std::error_code ec;
-    fs::remove_all(env.workspace_root + "/root/" + key, ec);
+    fs::remove_all(gate_workspace_dir(env, key), ec);
     return judge(r);
   };
   return a;
@@ -1621,6 +1628,54 @@ std::map<std::string, std::string> parse_result_lines(const std::string& out) {
   return m;
 }
 
+// What a job's mount table says about the host (issue 15's mountinfo leak): a bind's root field
+// is the bound directory's path within its filesystem, so the workspace's host directory must
+// have a name that says nothing (an opaque id), and motor-init must not be a bind at all (it is
+// exec'd from an fd). The location of the workspace root within its filesystem stays visible
+// (an accepted limit, docs/job-isolation.md): reported, not judged.
+Attack mount_view() {
+  Attack a;
+  a.id = "mount-view";
+  a.control = "opaque workspace directory names; motor-init exec'd from an fd, not bound";
+  a.description = "look for the caller's name, the workspace key and motor-init's host path in the job's mount tables";
+  a.run = [](AttackEnv& env) {
+    auto r = run(env, python_job(env, "", R"PY(for p in ('/proc/self/mountinfo', '/proc/self/mounts', '/proc/self/mountstats', '/proc/1/mountinfo'):
+    try:
+        with open(p, 'rb') as f:
+            data = f.read(1 << 20).decode('utf-8', 'replace')
+    except BaseException as e:
+        P('read ' + p, _en(e))
+        continue
+    P('read ' + p, 'OK (read %d bytes)' % len(data))
+    for i, line in enumerate(data.splitlines()):
+        P('%s line %d' % (p, i), line)
+        f = line.split(' ')
+        if p == '/proc/self/mountinfo' and len(f) > 4 and f[4] == '/workspace':
+            P('workspace root', f[3])
+)PY"));
+    if (auto v = not_run(r)) return *v;
+    const auto got = parse_result_lines(r.out);
+    const auto root = got.find("workspace root");
+    if (root == got.end()) return inconclusive("no /workspace line in the job's mountinfo: " + tail(r.out));
+    const std::string init = env.config && !env.config->init_path.empty()
+                                 ? env.config->init_path
+                                 : env.self_exe.substr(0, env.self_exe.rfind('/')) + "/motor-init";
+    std::vector<std::string> seen;
+    for (const auto& [what, needle] : std::vector<std::pair<std::string, std::string>>{
+             {"the workspace key", env.workspace_key}, {"the caller's name as a directory", "/root/"},
+             {"motor-init's host path", init}}) {
+      if (r.out.find(needle) != std::string::npos) seen.push_back(fmt::format("{} ({})", what, needle));
+    }
+    const std::string id = env.workspace.substr(env.workspace.rfind('/') + 1);
+    const std::string limit =
+        fmt::format("the workspace root's place in its filesystem shows (accepted limit): {}", root->second);
+    if (!seen.empty()) return through(fmt::format("the job's mount tables show {}; {}", fmt::join(seen, ", "), limit));
+    if (!root->second.ends_with("/" + id)) return through("the workspace's root field is not its opaque id: " + root->second);
+    return stopped(fmt::format("neither the key, the caller nor motor-init's path; /workspace is /{}; {}", id, limit));
+  };
+  return a;
+}
+
 std::vector<Attack> attack_catalogue() {
   std::vector<Attack> out;
   // --- the empty root: host files are absent, not just unreadable --------------------------------
@@ -1859,6 +1914,7 @@ P('the next ptmx open', err if err != 'none' else 'OK (all %d opened)' % LIMIT)
                               {"read /proc/sys/kernel/random/boot_id", {"OK (read 0 bytes)"}},
                               {"read /proc/key-users", {"OK (read 0 bytes)"}},
                               {"read /proc/config.gz", {"OK (read 0 bytes)", "ENOENT"}}}));
+  out.push_back(mount_view());
   // --- the kernel's knobs -------------------------------------------------------------------------
   out.push_back(hostname());
   out.push_back(sysv_ipc());

@@ -50,7 +50,8 @@ struct AttackEnv {
   std::string socket_path, state_dir, gate_dir;
   std::string workspace_key;
   std::string workspace_root;  // the runner's workspace root on the host
-  std::string workspace;       // <workspace_root>/root/<key>: the gate's jobs' /workspace
+  std::string workspace;       // <workspace_root>/<id of ("root", key)>: the gate's jobs' /workspace
+  std::string other_workspace; // <workspace_root>/<id of (other_caller, key)>
   std::string outside_dir;     // a world-writable host directory beside the workspace
   std::string other_caller = "gate-other";
   std::string cgroup_parent;   // the gate runner's cgroup parent

@@ -30,6 +30,7 @@
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "protocol/json_writer.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::gate {
 namespace {
@@ -491,16 +492,23 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
       env.runner_pid = g.runner;
       env.workspace_key = fmt::format("gate-{}", getpid());
       env.workspace_root = effective.effective_workspace_root();
-      env.workspace = env.workspace_root + "/root/" + env.workspace_key;
-      env.outside_dir = env.workspace_root + "/root/" + env.workspace_key + "-outside";
+      // The runner's opaque directory names (workspace/workspace_names.hpp) for the gate's caller
+      // ("root") and the other caller.
+      auto own = workspace::workspace_dir_path(env.workspace_root, "root", env.workspace_key);
+      auto other = workspace::workspace_dir_path(env.workspace_root, env.other_caller, env.workspace_key);
+      if (!own || !other) fatal = (!own ? own.error() : other.error()).message;
+      env.workspace = own ? *own : "";
+      env.other_workspace = other ? *other : "";
+      env.outside_dir = env.workspace + "-outside";
       struct stat st {};
-      if (!g.temp_state || !config.workspace_root.empty()) {
+      if (fatal.empty() && (!g.temp_state || !config.workspace_root.empty())) {
         // Outside the gate's temp dir: remove exactly what the gate made.
         if (stat(env.workspace.c_str(), &st) == 0) fatal = env.workspace + " already exists";
         g.remove_after.push_back(env.workspace);
         g.remove_after.push_back(env.outside_dir);
-        const std::string other = env.workspace_root + "/" + env.other_caller;
-        g.remove_after.push_back(stat(other.c_str(), &st) == 0 ? other + "/" + env.workspace_key : other);
+        g.remove_after.push_back(env.other_workspace);
+        for (const std::string caller : {"root", env.other_caller.c_str()})
+          g.remove_after.push_back(env.workspace_root + "/.keys/" + caller + "/" + env.workspace_key);
       }
       if (passwd* pw = getpwnam(config.job_user.c_str())) env.job_uid = pw->pw_uid;
       char host[256] = {};

@@ -34,6 +34,7 @@
 #include "runner/state_store.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "workspace/workspace_dir.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::runner {
 namespace {
@@ -1028,12 +1029,12 @@ void Runner::start_next() {
   }
   for (const auto& sibling : p.siblings) {
     if (auto s = workspace::validate_workspace_key(sibling); !s) return refuse("workspace_key_rejected", s.error().message);
-    const std::string dir = config_.effective_workspace_root() + "/" + job.caller() + "/" + sibling;
+    const auto dir = workspace::workspace_dir_path(config_.effective_workspace_root(), job.caller(), sibling);
     struct stat sst {};
-    if (sibling == p.workspace_key || lstat(dir.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+    if (sibling == p.workspace_key || !dir || lstat(dir->c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
       return refuse("workspace_setup_failed", "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)");
     }
-    box.read_only.push_back({dir, std::string(kSiblingsInJob) + "/" + sibling});
+    box.read_only.push_back({*dir, std::string(kSiblingsInJob) + "/" + sibling});
   }
   if (p.network == "outbound") {
     auto network = outbound_->claim(job.id());

@@ -1,7 +1,10 @@
 #include "sandbox/sandbox_plan.hpp"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -114,6 +117,18 @@ Status check_init(const std::string& path) {
   return {};
 }
 
+// motor-init for execveat(AT_EMPTY_PATH): no bind, so no host path in the job's mount table.
+Expected<UniqueFd> open_init(const std::string& path) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how)));
+  if (!fd) return sys_error("opening init_path " + path);
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return make_error("config", "init_path " + path + " is not a regular file");
+  return fd;
+}
+
 struct ChildState {
   SandboxPlan plan;
   MountScratch scratch;
@@ -180,7 +195,13 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   for (const BindMount& bind : config.read_only) {
     if (auto st = add_bind(mounts, bind, kReadOnly, "read-only path"); !st) return st.error();
   }
-  mounts.ops.push_back(bind_op(config.init_path, kSandboxInitPath, false, kReadOnly, "bind motor-init"));
+  if (control_weakened("workspace-names")) {
+    mounts.ops.push_back(bind_op(config.init_path, kSandboxInitPath, false, kReadOnly, "bind motor-init"));
+  } else {
+    auto init = open_init(config.init_path);
+    if (!init) return init.error();
+    plan.init_fd = std::make_shared<const UniqueFd>(std::move(*init));
+  }
 
   const std::string home = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
   if (!safe_passwd_field(home)) return make_error("config", "workspace target holds ':' or a newline");
@@ -230,6 +251,7 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
 
   ChildHooks hooks;
   hooks.clone_flags = plan.namespaces.clone_flags;
+  hooks.exec_fd = plan.init_fd ? plan.init_fd->get() : -1;
   hooks.before_credentials = [state](const char*& stage) -> int {
     const SandboxPlan& p = state->plan;
     state->saved_umask = umask(0);  // modes in the plan are exact

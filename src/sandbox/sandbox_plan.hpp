@@ -14,12 +14,14 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "motor/unique_fd.hpp"
 #include "sandbox/capabilities.hpp"
 #include "sandbox/idmap.hpp"
 #include "sandbox/job_network.hpp"
@@ -30,7 +32,9 @@
 
 namespace motor::sandbox {
 
-// Where motor-init appears inside the job's root (bound read-only from SandboxConfig::init_path).
+// The executable the spawn names for motor-init. It is not in the job's root: the child execs
+// SandboxPlan::init_fd (ChildHooks::exec_fd), a host file a bind would show by its host path in
+// the job's mountinfo. Test build only ("workspace-names"): bound read-only here and exec'd by path.
 inline constexpr const char* kSandboxInitPath = "/.motor/motor-init";
 
 struct ToolchainPath {
@@ -81,6 +85,7 @@ struct SandboxPlan {
   CapabilityPlan capabilities;
   SeccompProgram seccomp;
   std::optional<JobNetworkPlan> network;
+  std::shared_ptr<const UniqueFd> init_fd;  // motor-init, O_PATH, opened without following symlinks
 };
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);

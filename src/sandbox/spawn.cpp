@@ -70,7 +70,11 @@ namespace {
   if (spec.hooks && spec.hooks->after_credentials) {
     if (int err = spec.hooks->after_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
-  execve(spec.executable.c_str(), argv, envp);
+  if (spec.hooks && spec.hooks->exec_fd >= 0) {
+    syscall(SYS_execveat, spec.hooks->exec_fd, "", argv, envp, AT_EMPTY_PATH);
+  } else {
+    execve(spec.executable.c_str(), argv, envp);
+  }
   child_fail(status_fd, exec_stage, errno);
 }
 

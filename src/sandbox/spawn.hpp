@@ -20,6 +20,9 @@ namespace motor::sandbox {
 // The child is single-threaded and a copy of the runner: hooks must not touch loop state.
 struct ChildHooks {
   uint64_t clone_flags = 0;  // CLONE_NEW* flags added to clone3
+  // >= 0: the child execs this fd (execveat AT_EMPTY_PATH) instead of SpawnSpec::executable, which
+  // then only names it in errors (the sandbox's motor-init, which has no path in the job's root).
+  int exec_fd = -1;
   // As root, after stdio and cgroup attach: mounts, pivot_root, hostname, loopback, bounding set.
   std::function<int(const char*& stage)> before_credentials;
   // As the job account, just before exec: no_new_privs, capabilities, seccomp.

@@ -10,6 +10,7 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/unique_fd.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::workspace {
 namespace {
@@ -94,10 +95,15 @@ Expected<std::string> ensure_workspace_dir(const std::string& root, const std::s
   if (!safe_component(caller)) return make_error("workspace_setup_failed", "the caller's name cannot be a directory name");
   if (auto s = validate_workspace_key(key); !s) return s.error();
   if (auto s = ensure_dir(root, 0711, 0, 0); !s) return s.error();
-  const std::string caller_dir = root + "/" + caller;
-  if (auto s = ensure_dir(caller_dir, 0711, 0, 0); !s) return s.error();
-  const std::string dir = caller_dir + "/" + key;
+  auto name = workspace_dir_name(root, caller, key);
+  if (!name) return name.error();
+  // Test build only ("workspace-names"): <caller>/<key>, below a root-owned caller directory.
+  if (const auto slash = name->find('/'); slash != std::string::npos) {
+    if (auto s = ensure_dir(root + "/" + name->substr(0, slash), 0711, 0, 0); !s) return s.error();
+  }
+  const std::string dir = root + "/" + *name;
   if (auto s = ensure_dir(dir, 0700, owner_uid, owner_gid); !s) return s.error();
+  if (auto s = note_workspace_key(root, caller, key); !s) return s.error();
   return dir;
 }
 

@@ -26,8 +26,9 @@ Expected<std::string> relative_cwd(std::string_view repository_root, std::string
 // the same answer.
 Status check_dir_beneath(const std::string& workspace, const std::string& rel);
 
-// Creates (if missing) <root>/<caller>/<key>, owned by the job account, mode 0700; the levels
-// above are root-owned 0711 so jobs can reach their own workspace and list nothing.
+// Creates (if missing) the workspace of (caller, key): <root>/<opaque id> (workspace_names.hpp),
+// owned by the job account, mode 0700, and notes the key for workspace.list; the root is
+// root-owned 0711 so jobs can reach their own workspace and list nothing.
 Expected<std::string> ensure_workspace_dir(const std::string& root, const std::string& caller, const std::string& key,
                                            uid_t owner_uid, gid_t owner_gid);
 

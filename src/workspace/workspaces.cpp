@@ -22,6 +22,7 @@
 #include "workspace/change_screen.hpp"
 #include "workspace/child_process.hpp"
 #include "workspace/workspace_dir.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::workspace {
 namespace {
@@ -218,6 +219,13 @@ Status Workspaces::start() {
     }
     closedir(d);
   }
+  // Workspaces of the layout before opaque names (<root>/<caller>/<key>, which every job saw in
+  // its mountinfo) move to theirs before anything reads them.
+  std::vector<std::string> problems;
+  auto moved = migrate_legacy_workspace_dirs(s_.workspace_root, problems);
+  if (!moved) return moved.error();
+  if (*moved > 0) std::fprintf(stderr, "motor-runner: %d workspaces moved to opaque directory names\n", *moved);
+  for (const auto& p : problems) std::fprintf(stderr, "motor-runner: workspace migration: %s\n", p.c_str());
   // Records of prepared workspaces: <state>/workspace-git/<caller>/<key>.record.
   const std::string base = s_.state_dir + "/workspace-git";
   std::vector<std::pair<std::string, std::string>> interrupted;  // checkouts a dead runner left half-done
@@ -257,7 +265,9 @@ Status Workspaces::start() {
         }
         if (!protocol::is_object_id(r.tree.commit) || !protocol::is_object_id(r.tree.tree)) continue;
         r.mirror = mirror_path(caller, r.tree.repository_root);
-        r.tree.workspace_dir = s_.workspace_root + "/" + caller + "/" + key;
+        auto dir = workspace_dir_path(s_.workspace_root, caller, key);
+        if (!dir) continue;
+        r.tree.workspace_dir = *dir;
         records_[id_key(caller, key)] = std::move(r);
       }
       closedir(keys);
@@ -442,6 +452,13 @@ void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t re
                                   (!p.untrusted || it->second.tree.screened_base == p.screen_base)) {
     if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
       return refuse("workspace_setup_failed", "a job or another prepare is using this workspace; try again when it ends");
+    }
+    // Untouched since its checkout (the scan after each job found no change and no .git): the
+    // checkout would change nothing. An unchanged checkout's `motor run` costs no helper then.
+    if (!it->second.dirty) {
+      it->second.tree.bundle_bytes = 0;
+      it->second.tree.fetch_ms = it->second.tree.checkout_ms = 0;
+      return reply(final_reply(request_id, "", std::nullopt, &it->second));
     }
     Record next = it->second;
     next.tree.bundle_bytes = 0;
@@ -749,14 +766,10 @@ void Workspaces::list(const std::string& caller, int64_t request_id, Reply reply
   protocol::JsonWriter w;
   w.begin_object().key("workspaces").begin_array();
   reactor::SlowCall timed("listing workspaces");
-  if (DIR* d = opendir((s_.workspace_root + "/" + caller).c_str())) {
-    std::vector<std::string> keys;
-    while (dirent* e = readdir(d)) {
-      if (validate_workspace_key(e->d_name)) keys.emplace_back(e->d_name);
-    }
-    closedir(d);
-    std::sort(keys.begin(), keys.end());
-    for (const auto& key : keys) {
+  for (const auto& key : noted_workspace_keys(s_.workspace_root, caller)) {
+    struct stat st {};
+    if (auto dir = workspace_dir_path(s_.workspace_root, caller, key); !dir || lstat(dir->c_str(), &st) != 0) continue;
+    {
       w.begin_object().field("workspace_key", key);
       if (auto it = records_.find(id_key(caller, key)); it != records_.end()) {
         const auto& t = it->second.tree;
@@ -785,11 +798,14 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
     maintain_mirror(mirror);
   }
   unlink(record_path(caller, key).c_str());
-  const std::string dir = s_.workspace_root + "/" + caller + "/" + key;
+  auto path = workspace_dir_path(s_.workspace_root, caller, key);
+  if (!path) return path.error();
+  const std::string& dir = *path;
   const std::string meta = meta_dir(caller, key);
   struct stat st {};
   const bool existed = lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   const bool meta_existed = lstat(meta.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (!existed) forget_workspace_key(s_.workspace_root, caller, key);
   if (!existed && !meta_existed) {
     done(had_record);
     return {};
@@ -801,6 +817,7 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   if (mkdir(trash.c_str(), 0700) < 0) return sys_error("creating " + trash);
   const std::string trash_ws = trash + "/workspace", trash_meta = trash + "/meta";
   if (existed && rename(dir.c_str(), trash_ws.c_str()) < 0) return sys_error("moving " + dir);
+  if (existed) forget_workspace_key(s_.workspace_root, caller, key);
   if (!existed) (void)ensure_owned_dir(trash_ws, 0700, s_.job_uid, s_.job_gid);
   if (meta_existed && rename(meta.c_str(), trash_meta.c_str()) < 0) return sys_error("moving " + meta);
   if (!meta_existed) (void)ensure_owned_dir(trash_meta, 0700, s_.job_uid, s_.job_gid);

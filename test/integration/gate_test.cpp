@@ -40,7 +40,7 @@ const std::vector<std::string> kAttacks = {
     "cgroup-files",   "env-canaries",   "ssh-auth-sock",  "memory-balloon",         "fork-bomb",      "cpuset",
     "daemon",         "timeout",        "vsock",          "uevent-netlink",         "init-memory",    "pty-exhaust",
     "proc-leaks",     "socket-buffers", "cwd-oracle",     "untrusted-unscreened-job", "untrusted-code-change",
-    "scan-fifo",      "scan-memory"};
+    "scan-fifo",      "scan-memory",    "mount-view"};
 // Skipped (host-level) unless the config enables outbound_network; runner_network_test.cpp runs
 // them against a test uplink.
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
@@ -309,6 +309,7 @@ const std::vector<WeakenedRow>& weakened_rows() {
       {{"init-nondumpable"}, {"init-memory"}, {"ptrace-init", "proc-host", "env-canaries"}},
       {{"pts-max"}, {"pty-exhaust"}, {"tiocsti"}},
       {{"proc-masks"}, {"proc-leaks"}, {"proc-host", "write-proc-sys"}},
+      {{"workspace-names"}, {"mount-view"}, {"other-caller-workspace", "proc-leaks", "init-memory"}},
       {{"socket-buffers"}, {"socket-buffers"}, {"memory-balloon"}},
       {{"cwd-beneath"}, {"cwd-oracle"}, {"fs-symlink"}},
       {{"scan-masks"}, {"scan-fifo"}, {"scan-memory"}},

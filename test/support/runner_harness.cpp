@@ -26,6 +26,7 @@
 
 #include "protocol/frame.hpp"
 #include "protocol/json_writer.hpp"
+#include "workspace/workspace_names.hpp"
 
 namespace motor::test {
 
@@ -285,7 +286,9 @@ void RunnerProcess::kill9() {
 }
 
 std::string RunnerProcess::workspace(const std::string& key, const std::string& caller) const {
-  return state_dir_ + "/workspaces/" + caller + "/" + key;
+  // The runner's opaque name (workspace/workspace_names.hpp); "" if it cannot be computed.
+  auto dir = workspace::workspace_dir_path(state_dir_ + "/workspaces", caller, key);
+  return dir ? *dir : std::string();
 }
 
 std::string RunnerProcess::log() const { return read_file(log_path_); }

@@ -23,6 +23,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <grp.h>
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
     std::vector<char*> cargs;
     for (const auto& s : args) cargs.push_back(const_cast<char*>(s.c_str()));
     cargs.push_back(nullptr);
-    execve(kSandboxInitPath, cargs.data(), environ);
+    if (hooks.exec_fd >= 0) syscall(SYS_execveat, hooks.exec_fd, "", cargs.data(), environ, AT_EMPTY_PATH);
+    else execve(kSandboxInitPath, cargs.data(), environ);
     fail("exec motor-init", errno);
   }
   int status = 0;

@@ -1,0 +1,132 @@
+// `motor run` in a checkout that did not change since its last sync starts no git process and no
+// runner-side checkout (issue 20), and every kind of local change is still synced: a tracked edit
+// in the same second as the last sync, an edit that keeps the mtime, a new untracked file (also in
+// a directory with no tracked file, and in a new directory), a deletion. Whether git ran is seen
+// through GIT_TRACE (git's own trace lines, in a file).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "client/checkout_fingerprint.hpp"
+#include "support/runner_harness.hpp"
+#include "support/shell.hpp"
+
+namespace motor::test {
+namespace {
+
+class RunnerUnchangedSync : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
+    MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
+    base_ = make_temp_dir();
+    repo_ = base_ + "/repo";
+    sh(base_, git_init_script("repo") + " && printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src empty && "
+              "echo 'fn main() {}' > src/main.rs && for i in 1 2 3 4 5; do echo line $i > f$i.txt; done && "
+              "git add -A && git commit -qm init");
+    runner_ = std::make_unique<RunnerProcess>();
+    ASSERT_TRUE(runner_->start()) << runner_->log();
+  }
+  void TearDown() override {
+    runner_.reset();
+    remove_tree(base_);
+  }
+  // `motor run -c command` in the checkout; git's trace (GIT_TRACE) goes to a file of its own
+  // (the client collects git's stderr), emptied before each run.
+  CommandResult run(const std::string& command) {
+    write_file(trace(), "");
+    auto r = runner_->client_in(repo_, {"run", "-w", "k", "-c", command},
+                                {"XDG_CACHE_HOME=" + base_ + "/cache", "GIT_TRACE=" + trace()});
+    r.err += read_file(trace());
+    return r;
+  }
+  std::string trace() const { return base_ + "/git-trace"; }
+  static bool git_ran(const CommandResult& r) { return r.err.find("trace: ") != std::string::npos; }
+  // A sync that leaves a fingerprint: its files are older than the sync's clock reading.
+  void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+  // The last sync left a fingerprint: a run with nothing changed starts no git.
+  void expect_fast_run() {
+    auto r = run("cat f4.txt");
+    EXPECT_EQ(r.out, "line 4\n") << r.err;
+    EXPECT_FALSE(git_ran(r)) << r.err;
+  }
+
+  std::string base_, repo_;
+  std::unique_ptr<RunnerProcess> runner_;
+};
+
+TEST_F(RunnerUnchangedSync, AnUnchangedCheckoutStartsNoGitAndJobChangesAreStillUndone) {
+  settle();
+  auto first = run("cat f1.txt");
+  EXPECT_EQ(first.out, "line 1\n") << first.err;
+  EXPECT_TRUE(git_ran(first)) << "the first sync runs git";
+  expect_fast_run();
+  // A job changes the workspace: the next run (nothing changed locally: no git) still sees the
+  // caller's file, because the runner's scan marked the workspace changed and its prepare undoes it.
+  EXPECT_EQ(run("echo by-the-job > f2.txt").exit_code, 0);
+  auto after = run("cat f2.txt");
+  EXPECT_EQ(after.out, "line 2\n") << after.err;
+  EXPECT_FALSE(git_ran(after)) << after.err;
+}
+
+TEST_F(RunnerUnchangedSync, EveryLocalChangeIsSyncedEvenWithinTheSameSecond) {
+  settle();
+  ASSERT_EQ(run("true").exit_code, 0);
+  expect_fast_run();
+  // Same size, immediately after the fingerprint was taken (the same second, likely the same tick).
+  sh(repo_, "printf 'line 9\\n' > f1.txt");
+  auto edited = run("cat f1.txt");
+  EXPECT_EQ(edited.out, "line 9\n") << edited.err;
+  EXPECT_TRUE(git_ran(edited));
+  settle();
+  expect_fast_run();
+  // Same size and the old mtime put back: only the ctime tells.
+  sh(repo_, "touch -r f3.txt ../stamp && printf 'LINE 3\\n' > f3.txt && touch -r ../stamp f3.txt");
+  auto kept_mtime = run("cat f3.txt");
+  EXPECT_EQ(kept_mtime.out, "LINE 3\n") << kept_mtime.err;
+  settle();
+  expect_fast_run();
+  sh(repo_, "echo brand > brand.txt");
+  EXPECT_EQ(run("cat brand.txt").out, "brand\n");
+  settle();
+  expect_fast_run();
+  sh(repo_, "echo inside > empty/inside.txt");  // a directory that held no tracked file
+  EXPECT_EQ(run("cat empty/inside.txt").out, "inside\n");
+  settle();
+  expect_fast_run();
+  sh(repo_, "mkdir -p a/b && echo deep > a/b/c.txt");
+  EXPECT_EQ(run("cat a/b/c.txt").out, "deep\n");
+  settle();
+  expect_fast_run();
+  sh(repo_, "rm f5.txt");
+  EXPECT_EQ(run("test ! -e f5.txt && echo gone").out, "gone\n");
+  settle();
+  expect_fast_run();
+  // An ignored file changes nothing the job sees (its directory's stat moved: a full sync, still right).
+  sh(repo_, "echo noise > debug.log");
+  EXPECT_EQ(run("test ! -e debug.log && echo absent").out, "absent\n");
+}
+
+TEST_F(RunnerUnchangedSync, IndexEntriesAreReadFromEveryIndexVersion) {
+  for (int version : {2, 3, 4}) {
+    const std::string index = fmt::format("{}/index-v{}", base_, version);
+    sh(repo_, fmt::format("GIT_INDEX_FILE={} git -c index.version={} add -A", index, version));
+    if (version == 3) sh(repo_, fmt::format("GIT_INDEX_FILE={} git update-index --index-version=3", index));
+    auto entries = client::read_index_entries(index);
+    ASSERT_TRUE(entries.has_value()) << version;
+    const std::string listed = sh(repo_, fmt::format("GIT_INDEX_FILE={} git ls-files", index));
+    std::string mine;
+    for (const auto& [path, rec] : *entries) mine += path + "\n";
+    EXPECT_EQ(mine, listed) << version;
+  }
+  // An assume-unchanged entry is one the fingerprint cannot vouch for.
+  const std::string index = base_ + "/index-assumed";
+  sh(repo_, fmt::format("GIT_INDEX_FILE={0} git add -A && GIT_INDEX_FILE={0} git update-index --assume-unchanged f1.txt", index));
+  EXPECT_FALSE(client::read_index_entries(index).has_value());
+}
+
+}  // namespace
+}  // namespace motor::test
