@@ -65,13 +65,14 @@ namespace {
 
 // Replies may come after a checkout or a scan: by session id, never by the session's address. The
 // session owes the reply until it is sent (once).
-workspace::Workspaces::Reply owed_reply(Runner& runner, Session& session) {
+workspace::Workspaces::Reply owed_reply(Runner& runner, Session& session, int64_t request_id) {
   session.owe_reply();
-  return [&runner, sid = session.id()](std::string json) {
+  return [&runner, sid = session.id(), request_id](Expected<std::string> result) {
     Session* live = runner.find_session(sid);
     if (!live) return;  // the client left; nothing to tell
     live->reply_paid();
-    live->send(std::move(json));
+    live->send(result ? protocol::encode_result(request_id, *result)
+                      : protocol::encode_error(request_id, result.error().code, result.error().message));
   };
 }
 
@@ -80,7 +81,7 @@ workspace::Workspaces::Reply owed_reply(Runner& runner, Session& session) {
 void Runner::handle_workspace_prepare(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  auto reply = owed_reply(*this, session);
+  auto reply = owed_reply(*this, session, r.id);
   std::optional<workspace::Workspaces::Refusal> refusal;
   if (shutting_down_ || draining_) {
     refusal = workspace::Workspaces::Refusal{"runner_draining", "the runner is draining and takes no new work",
@@ -93,8 +94,8 @@ void Runner::handle_workspace_prepare(Session& session, const protocol::Request&
         kRetryWhenDiskFullMs};
   }
   auto transfer_id = new_job_id();
-  if (!transfer_id) return reply(protocol::encode_error(r.id, "internal", transfer_id.error().message));
-  workspaces_->prepare(static_cast<uint64_t>(session.id()), session.caller(), r.id, *p, std::move(*transfer_id), refusal,
+  if (!transfer_id) return reply(make_error("internal", transfer_id.error().message));
+  workspaces_->prepare(static_cast<uint64_t>(session.id()), session.caller(), *p, std::move(*transfer_id), refusal,
                        std::move(reply));
 }
 
@@ -102,27 +103,27 @@ void Runner::handle_workspace_prepare(Session& session, const protocol::Request&
 void Runner::handle_workspace_upload(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  workspaces_->upload(static_cast<uint64_t>(session.id()), r.id, *p, owed_reply(*this, session));
+  workspaces_->upload(static_cast<uint64_t>(session.id()), *p, owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_finish(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  workspaces_->finish(static_cast<uint64_t>(session.id()), session.caller(), r.id, *p, owed_reply(*this, session));
+  workspaces_->finish(static_cast<uint64_t>(session.id()), session.caller(), *p, owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_list(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  workspaces_->list(session.caller(), r.id, owed_reply(*this, session));
+  workspaces_->list(session.caller(), owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_drop(Session& session, const protocol::Request& r) {
   auto p = protocol::parse_workspace_params(parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  auto reply = owed_reply(*this, session);
+  auto reply = owed_reply(*this, session, r.id);
   if (auto st = workspace::validate_workspace_key(p->workspace_key); !st) {
-    return reply(protocol::encode_error(r.id, "bad_request", st.error().message));
+    return reply(make_error("bad_request", st.error().message));
   }
   // Only the caller's own jobs in that workspace: the key names nothing of anyone else.
   // By id: ending one job may evict another finished one from the table.
@@ -145,16 +146,15 @@ void Runner::handle_workspace_drop(Session& session, const protocol::Request& r)
       job->cancel();
     }
   }
-  auto answer = [reply, id = r.id, cancelled](bool existed) {
+  auto answer = [reply, cancelled](bool existed) {
     protocol::JsonWriter w;
     w.begin_object().field("dropped", existed).key("cancelled_jobs").begin_array();
     for (const auto& j : cancelled) w.string(j);
     w.end_array().end_object();
-    reply(protocol::encode_result(id, w.str()));
+    reply(w.take());
   };
   if (auto st = workspaces_->drop(session.caller(), p->workspace_key, answer); !st) {
-    return reply(protocol::encode_error(r.id, st.error().code == "workspace_busy" ? "workspace_busy" : "internal",
-                                        st.error().message));
+    return reply(make_error(st.error().code == "workspace_busy" ? "workspace_busy" : "internal", st.error().message));
   }
   log_info("workspace {}/{} dropped ({} jobs cancelled)", session.caller(), p->workspace_key, cancelled.size());
 }
