@@ -324,11 +324,20 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
     if (!size) r.fail(size.error().message);
     else p.memory_bytes = *size;
   }
-  r.string("network", [&](std::string s) { p.network = std::move(s); });
-  r.string("platform", [&](std::string s) { p.platform = std::move(s); });
+  r.string("network", [&](std::string s) {
+    if (auto v = parse_network(s)) p.network = *v;
+    else r.fail("field \"network\" must be \"offline\" or \"outbound\"");
+  });
+  r.string("platform", [&](std::string s) {
+    if (auto v = parse_platform(s)) p.platform = *v;
+    else r.fail("field \"platform\" must be \"linux\" or \"windows\"");
+  });
   r.boolean("direct", p.direct);
   r.boolean("untrusted", p.untrusted);
-  r.string("priority", [&](std::string s) { p.priority = std::move(s); });
+  r.string("priority", [&](std::string s) {
+    if (auto v = parse_priority(s)) p.priority = *v;
+    else r.fail("field \"params.priority\" must be \"interactive\" or \"batch\"");
+  });
   if (auto env = r.get("env")) {
     object env_obj;
     if (env->get_object().get(env_obj)) {
@@ -350,8 +359,6 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
   if (!p.command && p.argv.empty()) return bad("missing field \"command\" (or \"argv\")");
   if (p.command && p.command->empty()) return bad("field \"command\" is empty");
   if (!p.argv.empty() && p.argv[0].empty()) return bad("field \"argv[0]\" is empty");
-  if (p.network != "offline" && p.network != "outbound") return bad("field \"network\" must be \"offline\" or \"outbound\"");
-  if (p.platform != "linux" && p.platform != "windows") return bad("field \"platform\" must be \"linux\" or \"windows\"");
   size_t total = p.command ? p.command->size() : 0;
   for (const auto& a : p.argv) total += a.size() + 1;
   for (const auto& [k, v] : p.env) total += k.size() + v.size() + 2;
@@ -454,6 +461,18 @@ std::string with_request_id(int64_t id, std::string_view record_json) {
   return fmt::format("{{\"id\":{},{}", id, record_json.substr(1));
 }
 
+std::string_view to_wire(Outcome::Kind kind) {
+  switch (kind) {
+    case Outcome::Kind::kExit: return "exit";
+    case Outcome::Kind::kSignal: return "signal";
+    case Outcome::Kind::kCancelled: return "cancelled";
+    case Outcome::Kind::kRefusedBeforeStart: return "refused_before_start";
+    case Outcome::Kind::kOutcomeUnknown: return "outcome_unknown";
+    case Outcome::Kind::kHistoryExpired: return "history_expired";
+  }
+  return "outcome_unknown";
+}
+
 void write_outcome(JsonWriter& w, const Outcome& o) {
   w.begin_object();
   switch (o.kind) {
@@ -496,6 +515,13 @@ Expected<Outcome> parse_outcome(element e) {
   return o;
 }
 
+Outcome refused(RefusalReason reason) {
+  Outcome o;
+  o.kind = Outcome::Kind::kRefusedBeforeStart;
+  o.reason = std::string(to_wire(reason));
+  return o;
+}
+
 bool is_transient_refusal(std::string_view reason) {
   return reason == "runner_draining" || reason == "runner_disk_full" || reason == "runner_full" ||
          reason == "unreachable" || reason == "queue_wait_exceeded" || reason == "transfer_interrupted";
@@ -507,7 +533,7 @@ std::string encode_accepted(const AcceptedRecord& r) {
   w.key("env_not_forwarded").begin_array();
   for (const auto& n : r.env_not_forwarded) w.string(n);
   w.end_array();
-  w.field("platform", r.platform).field("network", r.network);
+  w.field("platform", to_wire(r.platform)).field("network", to_wire(r.network));
   if (r.secret) w.field("secret", *r.secret);
   w.end_object();
   return w.take();
@@ -534,8 +560,13 @@ std::string encode_terminal(const TerminalRecord& r) {
   w.begin_object().field("type", "terminal").field("job_id", r.job_id).field("seq", r.seq);
   w.key("outcome");
   write_outcome(w, r.outcome);
-  w.field("killed", r.killed).field("wall_ms", r.wall_ms).field("queue_wait_ms", r.queue_wait_ms);
-  w.field("bundle_bytes", r.bundle_bytes).field("ran", r.ran).field("tree_hash", r.tree_hash);
+  if (r.killed) w.field("killed", to_wire(*r.killed));
+  else w.field_null("killed");
+  w.field("wall_ms", r.wall_ms).field("queue_wait_ms", r.queue_wait_ms);
+  w.field("bundle_bytes", r.bundle_bytes);
+  if (r.ran) w.field("ran", to_wire(*r.ran));
+  else w.field_null("ran");
+  w.field("tree_hash", r.tree_hash);
   // The workspace report (src/workspace/change_report.hpp): null = not computed.
   if (r.workspace) {
     w.field_raw("workspace_changes", r.workspace->changes);
@@ -547,7 +578,7 @@ std::string encode_terminal(const TerminalRecord& r) {
   }
   w.field("refusal_detail", r.refusal_detail).field("retry_after_ms", r.retry_after_ms);
   w.field_null("pipestatus");
-  w.field("oom_killed", r.oom_killed).field("platform", r.platform).field("network", r.network);
+  w.field("oom_killed", r.oom_killed).field("platform", to_wire(r.platform)).field("network", to_wire(r.network));
   if (!r.cpus.empty()) w.field("cpus", r.cpus).field("cpus_shared", r.cpus_shared);
   if (r.cpu_user_us || r.memory_peak_bytes) {
     w.key("resource_usage").begin_object().field("cpu_user_us", r.cpu_user_us).field("cpu_system_us", r.cpu_system_us);

@@ -13,6 +13,7 @@
 
 #include "motor/expected.hpp"
 #include "protocol/json_writer.hpp"
+#include "protocol/wire_enums.hpp"
 
 namespace motor::protocol {
 
@@ -40,10 +41,10 @@ struct RunParams {
   std::vector<std::string> siblings;
   std::optional<int64_t> cpus;              // (ext)
   std::optional<int64_t> memory_bytes;      // (ext) "memory": bytes, or a string with K/M/G
-  std::string network = "offline";          // (ext) offline | outbound
-  std::string platform = "linux";           // (ext) linux | windows
+  Network network = Network::kOffline;      // (ext) offline | outbound
+  Platform platform = Platform::kLinux;     // (ext) linux | windows
   bool direct = false;                      // (ext)
-  std::string priority = "batch";           // (ext) interactive | batch: the admission class
+  Priority priority = Priority::kBatch;     // (ext) interactive | batch: the admission class
   bool untrusted = false;                   // (ext) refuse unless the workspace passed the change screen
 };
 Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_view params_json,
@@ -103,6 +104,10 @@ struct Outcome {
   std::string reason;  // kRefusedBeforeStart
 };
 void write_outcome(JsonWriter& w, const Outcome& outcome);
+// The outcome's "type" on the wire.
+std::string_view to_wire(Outcome::Kind kind);
+// A refused_before_start outcome with this reason.
+Outcome refused(RefusalReason reason);
 Expected<Outcome> parse_outcome(simdjson::dom::element element);
 
 // Transient refusals carry retry_after_ms; a client may try again later.
@@ -112,8 +117,8 @@ struct AcceptedRecord {
   std::string job_id;
   int64_t queue_position = 0;
   std::vector<std::string> env_not_forwarded;
-  std::string platform = "linux";
-  std::string network = "offline";
+  Platform platform = Platform::kLinux;
+  Network network = Network::kOffline;
   std::optional<std::string> secret;  // direct jobs only, only on the submitting connection
 };
 std::string encode_accepted(const AcceptedRecord& r);
@@ -133,11 +138,11 @@ struct TerminalRecord {
   std::string job_id;
   int64_t seq = 0;  // (ext) terminal is the job's last record
   Outcome outcome;
-  std::optional<std::string> killed;  // "deadline" | "cancel"
+  std::optional<KillReason> killed;
   int64_t wall_ms = 0;
   int64_t queue_wait_ms = 0;
   int64_t bundle_bytes = 0;
-  std::optional<std::string> ran;     // "remote" | "none"; null only for expired history
+  std::optional<Ran> ran;             // null only for expired history
   std::optional<std::string> refusal_detail;
   std::optional<int64_t> retry_after_ms;
   bool oom_killed = false;            // (ext)
@@ -145,8 +150,8 @@ struct TerminalRecord {
   std::optional<int64_t> cpu_user_us, cpu_system_us, memory_peak_bytes;
   std::string cpus;                   // (ext) the cpuset the job ran on ("" if it never ran)
   bool cpus_shared = false;           // (ext) its cores were shared (an oversubscribed host)
-  std::string platform = "linux";
-  std::string network = "offline";
+  Platform platform = Platform::kLinux;
+  Network network = Network::kOffline;
   std::optional<std::string> tree_hash;          // the prepared tree the job ran against
   std::optional<WorkspaceReportJson> workspace;  // what the job changed
 };

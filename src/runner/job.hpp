@@ -1,5 +1,6 @@
-// One job: its process tree under a cgroup, its output pipes, its timer, its on-disk history
-// and the sessions that follow it. Everything here runs on the runner's loop.
+// One job: its record (JobRecord: log, followers, terminal), its execution (Execution: the Linux
+// sandbox or a VM), its deadline, its workspace report and its place in the runner's accounting.
+// Everything here runs on the runner's loop; the runner is reached only through JobHost.
 #pragma once
 
 #include <uv.h>
@@ -10,22 +11,42 @@
 #include <string>
 #include <vector>
 
-#include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/cpu_claims.hpp"
+#include "runner/job_execution.hpp"
 #include "runner/job_log.hpp"
+#include "runner/job_record.hpp"
+#include "runner/job_starter.hpp"
+#include "runner/job_state.hpp"
 #include "runner/session_id.hpp"
 #include "runner/sha256.hpp"
+#include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
-#include "sandbox/spawn.hpp"
 #include "vm/vm_job.hpp"
 
 namespace motor::runner {
 
-class Runner;
+class Job;
 class Session;
+
+// What a job needs of the runner besides its record's needs (RecordHost).
+class JobHost : public RecordHost {
+ public:
+  // The job's state changed and must be saved (it is running: before its `accepted` goes out).
+  virtual void job_changed() = 0;
+  // The command runs; it waited this long since it was queued.
+  virtual void job_started(double start_latency_s) = 0;
+  // Its processes are gone: its workspace is scanned (Job::set_workspace_report follows).
+  virtual void scan_workspace(Job& job) = 0;
+  // The job starter could not start it: the runner ends it as refused.
+  virtual void job_start_failed(Job& job, const std::string& detail) = 0;
+  // It ended (terminal record set): its claims are freed.
+  virtual void job_finished(Job& job) = 0;
+  // A cgroup still busy at the job's end: removed in the background.
+  virtual void retire_cgroup(std::vector<std::string> dirs, std::string what) = 0;
+};
 
 struct JobLaunch {
   std::string executable;
@@ -37,38 +58,39 @@ struct JobLaunch {
   int64_t memory_bytes = 0;
   int64_t pids_max = 0;
   CpuClaim cpus;
-  std::string network = "offline";
-  std::string platform = "linux";
+  protocol::Network network = protocol::Network::kOffline;
+  protocol::Platform platform = protocol::Platform::kLinux;
   // A windows job: the tree its workspace was prepared to when it started (its transfer disk).
   std::optional<std::string> tree_hash;
   int64_t bundle_bytes = 0;
 };
 
-class Job : private vm::VmJobSink {
+class Job : private ExecutionSink {
  public:
-  enum class State { kQueued, kRunning, kFinished };
+  using State = JobState;
 
-  Job(Runner& runner, std::string id, std::string caller, std::string workspace_key);
-  ~Job();
+  Job(JobHost& host, std::string id, std::string caller, std::string workspace_key, RecordSettings record);
+  ~Job() override;
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
-  bool is_vm() const { return vm_ != nullptr; }
 
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
   Status enqueue(std::string summary);
   // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
   // watches it. On error nothing is left but the job's history.
-  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box);
-  // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM and reports
-  // back through the VmJobSink methods; output becomes ordinary output records.
+  Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
+               JobStarter& starter, const sandbox::Account& account);
+  // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
+  // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
   // A job of an earlier runner, loaded from state.json (finished, or accounted for at start).
-  static std::unique_ptr<Job> restore(Runner& runner, std::string id, std::string caller, std::string workspace_key,
-                                      std::string summary, int64_t created_at_ms, std::string terminal_json);
+  static std::unique_ptr<Job> restore(JobHost& host, std::string id, std::string caller, std::string workspace_key,
+                                      RecordSettings record, std::string summary, int64_t created_at_ms,
+                                      std::string terminal_json);
 
   // What the job changed in its workspace (Runner::scan_workspace); the job then finishes.
   void set_workspace_report(std::optional<std::string> tree_hash, int64_t bundle_bytes,
@@ -78,18 +100,15 @@ class Job : private vm::VmJobSink {
   void cancel();
   void kill_for_shutdown();
 
-  // Streams the job's records from `from_seq` to the session, as replies to `request_id`.
-  void follow(Session& session, int64_t request_id, int64_t from_seq);
-  void unfollow(Session& session);
-  void session_drained(Session& session);
-  // Feeds the followers that have room and records to read, until `budget` bytes are sent
-  // (Runner::fan_out_slice: a fan-out to a thousand followers is spread over loop iterations).
-  // True if some follower still has more to send now.
-  bool pump_slice(size_t& budget);
-  // Every follower may have more to read (new records, room again): queued for the next slice.
-  void pump_all();
-  // Deletes the job's output history (age limit); an attach then answers history_expired.
-  void expire_history();
+  // The record's followers (JobRecord).
+  void follow(Session& session, int64_t request_id, int64_t from_seq) { record_.follow(session, request_id, from_seq); }
+  void unfollow(Session& session) { record_.unfollow(session); }
+  void session_drained(Session& session) { record_.session_drained(session); }
+  bool pump_slice(size_t& budget) { return record_.pump_slice(budget); }
+  void pump_all() { record_.pump_all(); }
+  bool has_followers() const { return record_.has_followers(); }
+  // Closes the output history of a finished, unfollowed job: true if the caller may delete it.
+  bool expire_history() { return state_ == State::kFinished && record_.expire(); }
   int64_t finished_at_ms() const { return finished_at_ms_; }
   // Its state.json entry once finished (it never changes then), encoded once.
   std::string& persisted_cache() { return persisted_cache_; }
@@ -103,8 +122,10 @@ class Job : private vm::VmJobSink {
   int64_t created_at_ms() const { return created_at_ms_; }
   int64_t started_at_ms() const { return started_at_ms_; }
   int64_t queue_wait_ms() const { return queue_wait_ms_; }
-  const std::string& terminal_json() const { return terminal_json_; }
-  bool has_followers() const { return !followers_.empty(); }
+  const std::string& terminal_json() const { return record_.terminal_json(); }
+  // How it ended (once finished), and that outcome as the terminal record has it (JSON).
+  const protocol::Outcome& outcome() const { return outcome_; }
+  const std::string& outcome_json() const { return outcome_json_; }
   int64_t memory_bytes() const { return memory_bytes_; }
   const CpuClaim& cpus() const { return cpus_; }
   // Direct jobs: the SHA-256 of the one-time secret (the secret itself is never kept).
@@ -112,68 +133,32 @@ class Job : private vm::VmJobSink {
   void set_secret_digest(const Sha256Digest& d) { secret_digest_ = d; }
 
  private:
-  struct Follower {
-    SessionId session;  // looked up for each send: the session may have closed meanwhile
-    int64_t request_id;
-    JobLog::Cursor cursor;
-    std::optional<int64_t> truncated_before_seq;  // to report on the next record sent
-    uint64_t stalled_since_ms = 0;  // loop time its session first had no room for more; 0 = flowing
-    bool wants_pump = false;        // has (or may have) records to send: fed in the next slice
-  };
-  void schedule_pump();
-  void drop_stalled_followers();
-  struct OutputPipe {
-    Job* job = nullptr;
-    reactor::UvHandle<uv_pipe_t> pipe;
-    JobLog::Kind kind = JobLog::Kind::kStdout;
-    bool eof = false;
-    std::string pending;  // a chunk the log could not take yet (disk full): reading pauses
-    char buf[64 * 1024];
-  };
+  // ExecutionSink
+  void execution_started() override;
+  void execution_exited() override;
+  Status execution_output(JobLog::Kind kind, std::string_view bytes) override;
+  void execution_start_failed(const std::string& detail) override;
+  void execution_ended(ExecutionEnd end) override;
 
-  // vm::VmJobSink (job_vm.cpp)
-  void vm_command_started() override;
-  void vm_output(bool is_stderr, std::string_view text) override;
-  void vm_finished(const vm::VmOutcome& outcome) override;
-  void vm_log(const std::string& line) override;
-  void vm_prepare_output(std::string_view text) override;
-
-  // The job starter's answer: watch the process, or end the job as refused.
-  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
-  void start_reading(OutputPipe& out);
-  void confirm_started();
-  void on_output(OutputPipe& out, ssize_t nread);
-  bool append_output(OutputPipe& out, std::string_view bytes);
-  void on_exit();
-  void watch_oom();
-  // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
-  void on_oom_event(bool woken);
+  // Fields common to every started job, and the running state (cgroup name given).
+  Status begin_running(const JobLaunch& launch);
+  void arm_deadline();
   void on_timeout();
-  void kill_tree(const char* why);
-  void check_empty();
+  // At shutdown: a workspace scan still running after kShutdownScanWaitMs is abandoned.
+  void bound_scan_for_shutdown();
+  void abandon_scan();
   void maybe_finish();
+  // The terminal record from the execution's end and the workspace report; the job concludes.
   void finish();
-  // The terminal record's fields every job that started has (outcome left to the caller).
-  protocol::TerminalRecord started_terminal() const;
-  void append_record(const std::string& json);
-  // The terminal record into the log; if it cannot be written yet (a full disk) it is kept in
-  // memory for followers and written again on a timer.
-  void append_terminal();
-  void maybe_close_log();
-  // The end of the job, however it ended (terminal_json_ is set): finished, the terminal
-  // record logged (or kept for followers), the runner told.
+  // The end of the job, however it ended: finished, the terminal record logged (or kept for
+  // followers), the runner told.
+  void set_terminal(const protocol::TerminalRecord& t);
   void conclude(const char* how);
-  // The last seq a follower can get: the log's, or one more for a terminal it lacks.
-  int64_t last_seq() const;
-  // Sends what `f` has room for (at most *budget bytes, if given); true if the budget ran out
-  // with more to send.
-  bool pump(Follower& f, size_t* budget = nullptr);
-  void retry_pending_output();
-  Status open_log_for_replay();
 
-  Runner& runner_;
+  JobHost& host_;
   std::string id_, caller_, workspace_key_, summary_;
   std::string cgroup_name_;
+  JobRecord record_;
   State state_ = State::kQueued;
   uint64_t queued_hr_ns_ = 0;
   int64_t queue_wait_ms_ = 0;
@@ -185,50 +170,25 @@ class Job : private vm::VmJobSink {
   int64_t memory_bytes_ = 0;
   CpuClaim cpus_;
   std::optional<Sha256Digest> secret_digest_;
-  std::string network_ = "offline", platform_ = "linux";
+  protocol::Network network_ = protocol::Network::kOffline;
+  protocol::Platform platform_ = protocol::Platform::kLinux;
+  protocol::Outcome outcome_;
+  std::string outcome_json_;
 
-  std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  std::optional<JobLog> log_;
-  UniqueFd pidfd_;
-  UniqueFd setup_status_;
-  UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
-  pid_t pid_ = -1;
-  bool started_confirmed_ = false;
-  std::string setup_error_;  // the child failed before exec
-  bool exited_ = false;
-  int wait_status_ = 0;
-  bool cgroup_empty_ = false;
-  std::optional<std::string> killed_;  // "deadline" | "cancel"
+  std::unique_ptr<Execution> execution_;
   bool cancelled_ = false;
-  bool kill_issued_ = false;
-  int leftover_polls_ = 0;
-  int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
   bool shutting_down_ = false;
-  std::string unlogged_terminal_;  // the terminal record while the log cannot take it  // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
-  std::string terminal_json_;
+  bool command_started_ = false;
+  uint64_t timeout_ms_ = 0;
+  bool deadline_at_start_ = true;  // Linux: from the spawn; a VM: from the command's start in the guest
+  std::optional<ExecutionEnd> end_;
   // The workspace report, asked for once the processes are gone and before the terminal record.
   bool report_requested_ = false, report_ready_ = false;
   std::optional<std::string> tree_hash_;
   int64_t bundle_bytes_ = 0;
   std::optional<protocol::WorkspaceReportJson> workspace_report_;
-
-  reactor::UvHandle<uv_poll_t> pidfd_poll_;
-  reactor::UvHandle<uv_poll_t> setup_poll_;   // the child's setup status: EOF once exec'd
   reactor::UvHandle<uv_timer_t> deadline_;
-  reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
-  reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
-  reactor::UvHandle<uv_timer_t> terminal_retry_;  // the terminal record's, after the job finished
-  std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
-  reactor::UvHandle<uv_poll_t> oom_poll_;
-  reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen
-  int oom_rechecks_left_ = 0;
-  int64_t oom_kills_seen_ = 0;
-  std::unique_ptr<OutputPipe> stdout_, stderr_;
-  std::unique_ptr<vm::VmJob> vm_;
-  uint64_t vm_timeout_ms_ = 0;  // armed when the command starts in the guest, as a Linux job's
-  std::vector<Follower> followers_;
-  bool fan_out_queued_ = false;
-  std::string scratch_;
+  reactor::UvHandle<uv_timer_t> scan_abandon_;  // shutdown: bounds the wait for the workspace scan
 };
 
 }  // namespace motor::runner

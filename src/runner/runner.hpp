@@ -18,13 +18,15 @@
 #include "reactor/stall_meter.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
+#include "runner/admission_control.hpp"
 #include "runner/cgroup_retirement.hpp"
 #include "runner/config.hpp"
-#include "runner/host_workspace.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/job_starter.hpp"
+#include "runner/job_table.hpp"
+#include "runner/method_table.hpp"
 #include "runner/notify.hpp"
 #include "runner/outbound.hpp"
 #include "runner/session_id.hpp"
@@ -47,98 +49,135 @@ inline constexpr int64_t kRetryWhenDiskFullMs = 60000;
 // state.json (its log directory, its first records, its terminal record).
 inline constexpr int64_t kStateSaveHeadroomBytes = 1 << 20;
 
-class Runner {
+// The runner's parts (docs/architecture.md): sessions bring framed requests; the method table
+// sends each to its handler (runner_methods.cpp, run_request.cpp, workspace_requests.cpp); the
+// job table holds every job; admission starts queued jobs when they fit (job_launch.cpp builds
+// what they run in); state saving makes changes durable once per loop iteration.
+class Runner : public JobHost, private AdmissionHost {
  public:
   Runner(uv_loop_t* loop, Config config);
-  ~Runner();
+  ~Runner() override;
 
   // Checks the accounts and cgroups, recovers what an earlier runner left, and listens.
   Status start();
 
   const Config& config() const { return config_; }
-  uv_loop_t* loop() const { return loop_; }
+  uv_loop_t* loop() const override { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
   JobStarter& job_starter() { return job_starter_; }
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
+  // Where a job's record lives and how it is bounded.
+  RecordSettings record_settings(const std::string& job_id) const {
+    return RecordSettings{job_dir(job_id), config_.job_log_max_bytes, config_.stalled_client_timeout_s};
+  }
 
-  // From sessions.
+  // From sessions (runner_sessions.cpp).
   void session_opened(Session* session);
   void session_closed(Session& session);
   void session_drained(Session& session);
   void handle_frame(Session& session, const std::string& frame);
   // The open session with this id, or null once it has closed.
-  Session* find_session(SessionId id) const;
+  Session* find_session(SessionId id) const override;
   // Bytes queued to all clients together (client_buffer_total bounds them): past the bound no
   // stream record goes out, and the clients that read nothing are cut off (they reattach).
   void buffered_changed(int64_t delta);
   bool buffered_has_room() const { return buffered_bytes_ < config_.client_buffer_total_bytes; }
   // A job has followers to feed: they are fed a slice per loop iteration (fan-out in slices).
-  void schedule_fan_out(const std::string& job_id);
+  void schedule_fan_out(const std::string& job_id) override;
 
   // From jobs. State changes are saved once per loop iteration, however many jobs changed in
   // it: a save (write, fsync, rename, fsync) costs milliseconds, and 20 jobs starting at once
   // must not pay it 20 times. `then` runs once the change is durable; with `failed`, that runs
   // instead if the write that would have recorded it fails (it is retried on a timer anyway).
   void request_save(std::function<void()> then = nullptr, std::function<void(const Error&)> failed = nullptr);
-  void job_finished(Job& job);
+  void job_changed() override { request_save(); }
+  void job_finished(Job& job) override;
   // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
-  void job_start_failed(Job& job, const std::string& detail);
+  void job_start_failed(Job& job, const std::string& detail) override;
   // A job cgroup that is still busy at the job's end: removed in the background.
-  void retire_cgroup(std::vector<std::string> dirs, std::string what) { cgroup_retirement_.retire(std::move(dirs), std::move(what)); }
-  void job_started(double start_latency_s) { metrics_.observe_start_latency(start_latency_s); }
+  void retire_cgroup(std::vector<std::string> dirs, std::string what) override {
+    cgroup_retirement_.retire(std::move(dirs), std::move(what));
+  }
+  void job_started(double start_latency_s) override { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
   // A job's processes are gone: its workspace is scanned for what it changed, then the job
   // gets the report (Job::set_workspace_report) and finishes.
-  void scan_workspace(Job& job);
+  void scan_workspace(Job& job) override;
   // Names of this runner's workspace helper cgroups start with it (start_workspaces).
   static std::string helper_cgroup_prefix();
   // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
   workspace::Workspaces* workspaces() { return workspaces_.get(); }
 
  private:
+  // recovery.cpp: what an earlier runner left (state.json, job logs, cgroups).
   Status recover();
+  void recover_queued(PersistedJob& pj);
+  void recover_unfinished(PersistedJob& pj, std::set<std::string>& known_cgroups);
+  void restore_job(const PersistedJob& pj, std::string terminal_json);
   Status listen();
-  void dispatch(Session& session, const protocol::Request& request);
-  void handle_run(Session& session, const protocol::Request& request);
+
+  // The methods (runner_methods.cpp): one table entry each.
+  void register_methods();
   void handle_cancel(Session& session, const protocol::Request& request);
   void handle_attach(Session& session, const protocol::Request& request);
   void handle_status(Session& session, const protocol::Request& request);
   void handle_list(Session& session, const protocol::Request& request);
+  void handle_hello(Session& session, const protocol::Request& request);
+  void handle_identify(Session& session, const protocol::Request& request);
   void handle_runner_status(Session& session, const protocol::Request& request);
-  // workspace.* (runner/workspace_requests.cpp)
-  Status start_workspaces();
-  void handle_workspace(Session& session, const protocol::Request& request);
-  void start_next();
-  void schedule_admission();
-  void expire_queue();
-  bool fits(const QueueEntry& entry) const;
-  int64_t memory_reserved() const;
-  int64_t free_disk_bytes() const;
   void handle_drain(Session& session, const protocol::Request& request, bool drain);
+  // exec.run (run_request.cpp): checked, recorded, queued; `accepted` once it is durable.
+  void handle_run(Session& session, const protocol::Request& request);
+  // The limits of a run request, or the refusal/error already sent (nullopt).
+  std::optional<PendingStart> check_run(Session& session, const protocol::Request& r, protocol::RunParams params,
+                                        PriorityClass* priority);
+  // A refusal before the job exists (full, draining, disk): nullopt if none.
+  bool refused_at_the_door(Session& session, const protocol::Request& r, const protocol::RunParams& p);
+  void accept_job(Session& session, int64_t request_id, PendingStart pending, PriorityClass priority);
+  // workspace.* (workspace_requests.cpp)
+  Status start_workspaces();
+  void handle_workspace_prepare(Session& session, const protocol::Request& request);
+  void handle_workspace_upload(Session& session, const protocol::Request& request);
+  void handle_workspace_finish(Session& session, const protocol::Request& request);
+  void handle_workspace_list(Session& session, const protocol::Request& request);
+  void handle_workspace_drop(Session& session, const protocol::Request& request);
+
+  // AdmissionHost (job_launch.cpp)
+  bool waits_on_workspace(const std::string& job_id) const override;
+  bool has_room_for(const QueueEntry& entry) const override;
+  void start_admitted(const std::string& job_id, PendingStart pending) override;
+  void queue_wait_exceeded(const std::string& job_id) override;
+  void start_linux_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
+  bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
+  // Ends a job that never started as refused (metrics counted).
+  void refuse_queued(Job& job, protocol::RefusalReason reason, const std::string& detail,
+                     std::optional<int64_t> retry_after_ms = std::nullopt);
+
+  int64_t free_disk_bytes() const;
   void answer_drain_waiters();
   void write_metrics();
   std::vector<std::pair<SessionId, int64_t>> drain_waiters_;
   // A job whose first save failed: it ends as refused (runner_disk_full), and `session` hears it.
   void refuse_unrecorded(const std::string& job_id, SessionId session, int64_t request_id, const Error& e);
-  void refuse_job(Session& session, int64_t request_id, const std::string& reason, const std::string& detail,
+  void refuse_job(Session& session, int64_t request_id, protocol::RefusalReason reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
   Job* visible_job(Session& session, const protocol::JobRef& ref);
   void begin_shutdown(int signum);
+  void kill_for_shutdown();  // every running job
   void maybe_exit();
   void evict_finished();
   void update_status();
-  size_t running_jobs() const;
+  // state_saving.cpp
   Status save_state();
   PersistedState state_snapshot();
   // Room for what recording a new job takes on the state directory's filesystem (its log and
   // a save of state.json beside the old one); an error says why not.
   Status state_room() const;
   size_t last_state_bytes_ = 0;
-  // Jobs whose `accepted` waits for their first save: none starts before it is on record.
-  std::set<std::string> awaiting_record_;
   UniqueFd state_dir_lock_, cgroup_parent_lock_;  // runner_lock.hpp
 
+  Status start_timers_and_signals();
   uv_loop_t* loop_;
   Config config_;
   sandbox::Account job_account_;
@@ -150,24 +189,14 @@ class Runner {
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
   simdjson::dom::parser parser_;
+  MethodTable methods_;
   reactor::UvHandle<uv_pipe_t> listener_;
   reactor::UvHandle<uv_signal_t> sigterm_, sigint_, sighup_;
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
-  // Jobs waiting for admission: the queue orders them, pending_ holds what starting needs.
-  struct PendingStart {
-    protocol::RunParams params;
-    std::string rel_cwd;
-    int64_t timeout_s;
-    int64_t memory_bytes;
-    int64_t cpus;
-    std::optional<HostWorkspaceRequest> host_workspace;  // (ext) host_workspace.hpp
-  };
-  AdmissionQueue queue_;
-  std::map<std::string, PendingStart> pending_;
-  reactor::UvHandle<uv_idle_t> starter_;
-  reactor::UvHandle<uv_timer_t> queue_timer_;
+  JobTable jobs_;
+  Admission admission_;
   int64_t memory_budget_ = 0;  // host memory minus the reserve
   Metrics metrics_;
   reactor::UvHandle<uv_timer_t> metrics_timer_;
@@ -178,14 +207,16 @@ class Runner {
   JobStarter job_starter_;
   std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
-  bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
-  std::map<std::string, std::unique_ptr<Job>> jobs_;  // by id: UUIDv7 sorts by creation time
   std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)
   // The sessions of this account (uid), or of this bridged caller, that count against
   // max_sessions_per_uid; 0 if none.
   size_t sessions_of(const Session& session) const;
+  // The peer's account may use the runner (privileged, allowed_uids, allowed_groups).
+  bool peer_allowed(const Session& session) const;
+  void start_session_sweep();
   void sweep_sessions();  // frame_timeout_s, session_idle_timeout_s
   void cut_off_unread();  // the total of buffered bytes is over client_buffer_total
+  void wake_followers();
   void fan_out_slice();
   reactor::UvHandle<uv_timer_t> session_sweep_;
   reactor::UvHandle<uv_check_t> shedder_;

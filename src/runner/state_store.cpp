@@ -22,7 +22,7 @@ std::string encode_job(const PersistedJob& j) {
       .field("caller", j.caller)
       .field("workspace_key", j.workspace_key)
       .field("summary", j.summary)
-      .field("state", j.state)
+      .field("state", to_wire(j.state))
       .field("cgroup", j.cgroup)
       .field("created_at_ms", j.created_at_ms)
       .field("started_at_ms", j.started_at_ms);
@@ -76,7 +76,9 @@ Expected<PersistedState> decode_state(std::string_view json) {
     str("caller", j.caller);
     str("workspace_key", j.workspace_key);
     str("summary", j.summary);
-    str("state", j.state);
+    std::string state;
+    str("state", state);
+    j.state = parse_job_state(state);
     str("cgroup", j.cgroup);
     str("secret_sha256", j.secret_sha256);
     int64_t n = 0;

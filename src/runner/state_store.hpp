@@ -7,15 +7,17 @@
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "runner/job_state.hpp"
 
 namespace motor::runner {
 
 struct PersistedJob {
+  using State = JobState;
   std::string job_id;
   std::string caller;
   std::string workspace_key;
   std::string summary;        // the command, shortened, for `motor list`
-  std::string state;          // "running" or "finished"
+  JobState state = JobState::kRunning;
   std::string cgroup;         // the job cgroup's name, to kill what is left after a crash
   int64_t created_at_ms = 0;
   int64_t started_at_ms = 0;

@@ -55,82 +55,108 @@ Status Runner::start_workspaces() {
   };
   ws.release_helper_cgroup = [this](std::vector<std::string> dirs) { retire_cgroup(std::move(dirs), "a workspace helper"); };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {
-    for (const auto& [id, job] : jobs_) {
-      if (job->state() == Job::State::kRunning && job->caller() == caller && job->workspace_key() == key) return true;
-    }
-    return false;
+    return jobs_.running_in(caller, key);
   });
-  workspaces_->set_on_idle([this] { schedule_admission(); });
+  workspaces_->set_on_idle([this] { admission_.schedule(); });
   return workspaces_->start();
 }
 
-void Runner::handle_workspace(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
-  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
-  // Replies may come after a checkout or a scan: by id, never by the session's address.
-  const uint64_t s = static_cast<uint64_t>(session.id());
-  session.owe_reply();  // paid by the reply, which is sent once
-  auto reply = [this, sid = session.id()](std::string json) {
-    Session* live = find_session(sid);
+namespace {
+
+// Replies may come after a checkout or a scan: by session id, never by the session's address. The
+// session owes the reply until it is sent (once).
+workspace::Workspaces::Reply owed_reply(Runner& runner, Session& session, int64_t request_id) {
+  session.owe_reply();
+  return [&runner, sid = session.id(), request_id](Expected<std::string> result) {
+    Session* live = runner.find_session(sid);
     if (!live) return;  // the client left; nothing to tell
     live->reply_paid();
-    live->send(std::move(json));
+    live->send(result ? protocol::encode_result(request_id, *result)
+                      : protocol::encode_error(request_id, result.error().code, result.error().message));
   };
-  const std::string& m = r.method;
-  if (m == "workspace.prepare") {
-    std::optional<workspace::Workspaces::Refusal> refusal;
-    if (shutting_down_ || draining_) {
-      refusal = workspace::Workspaces::Refusal{"runner_draining", "the runner is draining and takes no new work",
-                                               kRetryWhenDrainingMs};
-    } else if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
-      refusal = workspace::Workspaces::Refusal{
-          "runner_disk_full",
-          fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
-                      config_.disk_free_floor_bytes >> 20),
-          kRetryWhenDiskFullMs};
-    }
-    auto transfer_id = new_job_id();
-    if (!transfer_id) return reply(protocol::encode_error(r.id, "internal", transfer_id.error().message));
-    return workspaces_->prepare(s, session.caller(), r.id, *p, std::move(*transfer_id), refusal, std::move(reply));
+}
+
+}  // namespace
+
+void Runner::handle_workspace_prepare(Session& session, const protocol::Request& r) {
+  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
+  auto reply = owed_reply(*this, session, r.id);
+  std::optional<workspace::Workspaces::Refusal> refusal;
+  if (shutting_down_ || draining_) {
+    refusal = workspace::Workspaces::Refusal{"runner_draining", "the runner is draining and takes no new work",
+                                             kRetryWhenDrainingMs};
+  } else if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
+    refusal = workspace::Workspaces::Refusal{
+        "runner_disk_full",
+        fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
+                    config_.disk_free_floor_bytes >> 20),
+        kRetryWhenDiskFullMs};
   }
-  if (m == "workspace.upload") return workspaces_->upload(s, r.id, *p, std::move(reply));
-  if (m == "workspace.finish") return workspaces_->finish(s, session.caller(), r.id, *p, std::move(reply));
-  if (m == "workspace.list") return workspaces_->list(session.caller(), r.id, std::move(reply));
-  if (m == "workspace.drop") {
-    if (auto st = workspace::validate_workspace_key(p->workspace_key); !st) {
-      return reply(protocol::encode_error(r.id, "bad_request", st.error().message));
-    }
-    // Only the caller's own jobs in that workspace: the key names nothing of anyone else.
-    std::vector<std::string> cancelled;
-    for (auto& [id, job] : jobs_) {
-      if (job->caller() != session.caller() || job->workspace_key() != p->workspace_key) continue;
-      if (job->state() == Job::State::kQueued) {
-        queue_.remove(id);
-        pending_.erase(id);
-        protocol::Outcome o;
-        o.kind = protocol::Outcome::Kind::kCancelled;
-        cancelled.push_back(id);
-        job->finish_unstarted(o, "its workspace was dropped");
-      } else if (job->state() == Job::State::kRunning) {
-        cancelled.push_back(id);
-        job->cancel();
-      }
-    }
-    auto answer = [reply, id = r.id, cancelled](bool existed) {
-      protocol::JsonWriter w;
-      w.begin_object().field("dropped", existed).key("cancelled_jobs").begin_array();
-      for (const auto& j : cancelled) w.string(j);
-      w.end_array().end_object();
-      reply(protocol::encode_result(id, w.str()));
-    };
-    if (auto st = workspaces_->drop(session.caller(), p->workspace_key, answer); !st) {
-      return reply(protocol::encode_error(r.id, st.error().code == "workspace_busy" ? "workspace_busy" : "internal",
-                                                 st.error().message));
-    }
-    log_info("workspace {}/{} dropped ({} jobs cancelled)", session.caller(), p->workspace_key, cancelled.size());
-    return;
+  auto transfer_id = new_job_id();
+  if (!transfer_id) return reply(make_error("internal", transfer_id.error().message));
+  workspaces_->prepare(static_cast<uint64_t>(session.id()), session.caller(), *p, std::move(*transfer_id), refusal,
+                       std::move(reply));
+}
+
+// workspace.upload and workspace.finish: a transfer continues only on the connection that opened it.
+void Runner::handle_workspace_upload(Session& session, const protocol::Request& r) {
+  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
+  workspaces_->upload(static_cast<uint64_t>(session.id()), *p, owed_reply(*this, session, r.id));
+}
+
+void Runner::handle_workspace_finish(Session& session, const protocol::Request& r) {
+  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
+  workspaces_->finish(static_cast<uint64_t>(session.id()), session.caller(), *p, owed_reply(*this, session, r.id));
+}
+
+void Runner::handle_workspace_list(Session& session, const protocol::Request& r) {
+  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
+  workspaces_->list(session.caller(), owed_reply(*this, session, r.id));
+}
+
+void Runner::handle_workspace_drop(Session& session, const protocol::Request& r) {
+  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
+  auto reply = owed_reply(*this, session, r.id);
+  if (auto st = workspace::validate_workspace_key(p->workspace_key); !st) {
+    return reply(make_error("bad_request", st.error().message));
   }
-  reply(protocol::encode_error(r.id, "bad_request", fmt::format("unknown method \"{}\"", m.substr(0, 64))));
+  // Only the caller's own jobs in that workspace: the key names nothing of anyone else.
+  // By id: ending one job may evict another finished one from the table.
+  std::vector<std::string> of_workspace;
+  for (const auto& [id, job] : jobs_.all()) {
+    if (job->caller() == session.caller() && job->workspace_key() == p->workspace_key) of_workspace.push_back(id);
+  }
+  std::vector<std::string> cancelled;
+  for (const auto& id : of_workspace) {
+    Job* job = jobs_.find(id);
+    if (!job) continue;
+    if (job->state() == Job::State::kQueued) {
+      admission_.remove(job->id());
+      protocol::Outcome o;
+      o.kind = protocol::Outcome::Kind::kCancelled;
+      cancelled.push_back(job->id());
+      job->finish_unstarted(o, "its workspace was dropped");
+    } else if (job->state() == Job::State::kRunning) {
+      cancelled.push_back(job->id());
+      job->cancel();
+    }
+  }
+  auto answer = [reply, cancelled](bool existed) {
+    protocol::JsonWriter w;
+    w.begin_object().field("dropped", existed).key("cancelled_jobs").begin_array();
+    for (const auto& j : cancelled) w.string(j);
+    w.end_array().end_object();
+    reply(w.take());
+  };
+  if (auto st = workspaces_->drop(session.caller(), p->workspace_key, answer); !st) {
+    return reply(make_error(st.error().code == "workspace_busy" ? "workspace_busy" : "internal", st.error().message));
+  }
+  log_info("workspace {}/{} dropped ({} jobs cancelled)", session.caller(), p->workspace_key, cancelled.size());
 }
 
 std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-", getpid()); }
@@ -139,9 +165,7 @@ std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-",
 // could have used itself.
 void Runner::scan_workspace(Job& job) {
   workspaces_->scan(job.caller(), job.workspace_key(), job.memory_bytes(), [this, id = job.id()](workspace::Workspaces::JobReport report) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;
-    it->second->set_workspace_report(std::move(report.tree_hash), report.bundle_bytes, std::move(report.fields));
+    if (Job* scanned = jobs_.find(id)) scanned->set_workspace_report(std::move(report.tree_hash), report.bundle_bytes, std::move(report.fields));
   });
 }
 

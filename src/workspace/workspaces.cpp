@@ -155,7 +155,6 @@ struct Workspaces::Transfer {
   std::string id, caller, key, repository_root, tree;
   std::string screen_base;  // untrusted: the change is screened from this commit before the checkout
   uint64_t session = 0;
-  int64_t request_id = 0;
   std::string path;  // the bundle as uploaded so far
   UniqueFd fd;
   int64_t received = 0;
@@ -403,7 +402,7 @@ std::string Workspaces::unscreened_reason(const std::string& caller, const std::
   return "";
 }
 
-std::string Workspaces::final_reply(int64_t request_id, const std::string& transfer_id,
+std::string Workspaces::final_reply(const std::string& transfer_id,
                                     const std::optional<Refusal>& refusal, const Record* prepared) const {
   protocol::JsonWriter w;
   w.begin_object();
@@ -422,25 +421,25 @@ std::string Workspaces::final_reply(int64_t request_id, const std::string& trans
     w.field("fetch_ms", prepared->tree.fetch_ms).field("checkout_ms", prepared->tree.checkout_ms);
   }
   w.end_object();
-  return protocol::encode_result(request_id, w.str());
+  return w.take();
 }
 
-void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t request_id,
+void Workspaces::prepare(uint64_t session, const std::string& caller,
                          const protocol::WorkspaceParams& p, std::string transfer_id,
                          const std::optional<Refusal>& refusal, Reply reply) {
   auto refuse = [&](std::string reason, std::string detail) {
-    reply(final_reply(request_id, "", Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
+    reply(final_reply("", Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
   };
   if (auto st = validate_workspace_key(p.workspace_key); !st) return refuse("workspace_key_rejected", st.error().message);
   for (const auto& sibling : p.siblings) {
     if (auto st = validate_workspace_key(sibling); !st) return refuse("workspace_key_rejected", st.error().message);
   }
-  if (refusal) return reply(final_reply(request_id, "", refusal, nullptr));
+  if (refusal) return reply(final_reply("", refusal, nullptr));
   if (p.untrusted && p.screen_base.empty()) {
     return refuse("screen_refused", "an untrusted prepare names the commit its change is screened from (screen_base)");
   }
   if (p.tree_hash.empty() || p.repository_root.empty() || p.repository_root[0] != '/') {
-    return reply(protocol::encode_error(request_id, "bad_request",
+    return reply(make_error("bad_request",
                                         "workspace.prepare needs tree_hash and an absolute repository_root"));
   }
   const std::string k = id_key(caller, p.workspace_key);
@@ -464,7 +463,7 @@ void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t re
     next.tree.bundle_bytes = 0;
     next.tree.fetch_ms = 0;
     ++busy_[k];
-    return checkout(caller, p.workspace_key, std::move(next), reply_when_checked(request_id, "", std::move(reply)));
+    return checkout(caller, p.workspace_key, std::move(next), reply_when_checked("", std::move(reply)));
   }
   auto t = std::make_unique<Transfer>();
   t->id = std::move(transfer_id);
@@ -474,7 +473,6 @@ void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t re
   t->tree = p.tree_hash;
   if (p.untrusted) t->screen_base = p.screen_base;
   t->session = session;
-  t->request_id = request_id;
   t->path = s_.state_dir + "/transfers/" + t->id + ".bundle";
   t->last_activity_ms = uv_now(loop_);
   {
@@ -495,25 +493,25 @@ void Workspaces::prepare(uint64_t session, const std::string& caller, int64_t re
   w.end_array().field("chunk_bytes", static_cast<uint64_t>(kChunkBytes)).field("max_bundle_bytes", s_.max_bundle_bytes);
   w.field("bundle_ref", kBundleRef).end_object();
   transfers_[t->id] = std::move(t);
-  reply(protocol::encode_result(request_id, w.str()));
+  reply(w.take());
 }
 
-void Workspaces::upload(uint64_t session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply) {
+void Workspaces::upload(uint64_t session, const protocol::WorkspaceParams& p, Reply reply) {
   auto it = transfers_.find(p.transfer_id);
   // Another connection's transfer id is treated as unknown: it cannot be continued from here.
   if (it == transfers_.end() || it->second->session != session) {
-    return reply(protocol::encode_error(request_id, "bad_request", "no such transfer on this connection (it ended or expired)"));
+    return reply(make_error("bad_request", "no such transfer on this connection (it ended or expired)"));
   }
   Transfer& t = *it->second;
   if (!p.offset || *p.offset != t.received) {
-    return reply(protocol::encode_error(request_id, "bad_request",
+    return reply(make_error("bad_request",
                                         fmt::format("params.offset must be {} (the bytes received so far)", t.received)));
   }
   if (t.received + static_cast<int64_t>(p.data.size()) > s_.max_bundle_bytes) {
     const std::string tid = t.id;
     unlink(t.path.c_str());
     transfers_.erase(it);
-    return reply(final_reply(request_id, tid,
+    return reply(final_reply(tid,
                              Refusal{"bundle_rejected",
                                      fmt::format("the bundle is over this runner's limit of {} bytes (max_bundle_size); "
                                                  "nothing was changed",
@@ -533,7 +531,7 @@ void Workspaces::upload(uint64_t session, int64_t request_id, const protocol::Wo
         unlink(t.path.c_str());
         transfers_.erase(it);
         const bool full = err == ENOSPC || err == EDQUOT;
-        return reply(final_reply(request_id, tid,
+        return reply(final_reply(tid,
                                  Refusal{full ? "runner_disk_full" : "workspace_setup_failed",
                                          fmt::format("storing the bundle: {}", std::strerror(err)),
                                          full ? std::optional<int64_t>(60000) : std::nullopt},
@@ -544,22 +542,21 @@ void Workspaces::upload(uint64_t session, int64_t request_id, const protocol::Wo
   }
   t.received += static_cast<int64_t>(p.data.size());
   t.last_activity_ms = uv_now(loop_);
-  reply(protocol::encode_result(request_id, fmt::format(R"({{"transfer_id":"{}","received":{}}})", t.id, t.received)));
+  reply(fmt::format(R"({{"transfer_id":"{}","received":{}}})", t.id, t.received));
 }
 
-void Workspaces::finish(uint64_t session, const std::string& caller, int64_t request_id,
-                        const protocol::WorkspaceParams& p, Reply reply) {
+void Workspaces::finish(uint64_t session, const std::string& caller, const protocol::WorkspaceParams& p,
+                        Reply reply) {
   auto it = transfers_.find(p.transfer_id);
   if (it == transfers_.end() || it->second->session != session) {
-    return reply(protocol::encode_error(request_id, "bad_request", "no such transfer on this connection (it ended or expired)"));
+    return reply(make_error("bad_request", "no such transfer on this connection (it ended or expired)"));
   }
   std::unique_ptr<Transfer> t = std::move(it->second);
   transfers_.erase(it);
   t->fd.reset();
-  t->request_id = request_id;
   auto refuse = [&](std::string reason, std::string detail) {
     unlink(t->path.c_str());
-    reply(final_reply(request_id, t->id, Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
+    reply(final_reply(t->id, Refusal{std::move(reason), std::move(detail), std::nullopt}, nullptr));
   };
   if (!p.bundle_bytes || *p.bundle_bytes != t->received) {
     return refuse("transfer_interrupted", fmt::format("{} bundle bytes arrived, the client announced {}", t->received,
@@ -603,8 +600,8 @@ void Workspaces::finish(uint64_t session, const std::string& caller, int64_t req
   }
   std::shared_ptr<Transfer> shared(std::move(t));
   // However the prepare ends, the mirror is free again once it has answered.
-  reply = [this, alive = alive_, mirror, inner = std::move(reply)](std::string json) {
-    inner(std::move(json));
+  reply = [this, alive = alive_, mirror, inner = std::move(reply)](Expected<std::string> result) {
+    inner(std::move(result));
     if (*alive) release_mirror(mirror);
   };
   use_mirror(mirror, [this, alive = alive_, shared, commit, mirror, caller, bundle, reply = std::move(reply)]() mutable {
@@ -621,7 +618,7 @@ void Workspaces::finish(uint64_t session, const std::string& caller, int64_t req
         // index-pack dies (exit 128) on a corrupt pack, an object fsck rejects, or a link to an
         // object neither in the pack nor in the mirror (a missing prerequisite).
         const std::string reason = r.exit_code == 128 ? "bundle_rejected" : "workspace_setup_failed";
-        return reply(final_reply(shared->request_id, shared->id,
+        return reply(final_reply(shared->id,
                                  Refusal{reason, "the workspace is unchanged; git: " + r.describe(), std::nullopt}, nullptr));
       }
       Record next;
@@ -633,10 +630,10 @@ void Workspaces::finish(uint64_t session, const std::string& caller, int64_t req
       next.tree.bundle_bytes = shared->received;
       next.tree.fetch_ms = static_cast<int64_t>((uv_hrtime() - fetch_start) / 1000000);
       if (shared->screen_base.empty()) {
-        return checkout(caller, shared->key, std::move(next), reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+        return checkout(caller, shared->key, std::move(next), reply_when_checked(shared->id, std::move(reply)));
       }
       screen_then_checkout(caller, shared->key, std::move(next), shared->screen_base,
-                           reply_when_checked(shared->request_id, shared->id, std::move(reply)));
+                           reply_when_checked(shared->id, std::move(reply)));
     });
   });
 }
@@ -750,19 +747,19 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   });
 }
 
-Workspaces::Checked Workspaces::reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const {
-  return [this, request_id, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
+Workspaces::Checked Workspaces::reply_when_checked(std::string transfer_id, Reply reply) const {
+  return [this, transfer_id = std::move(transfer_id), reply = std::move(reply)](Status st, const Record* rec) {
     if (!st) {
       const std::string& code = st.error().code;
       const bool known = code == "tree_hash_mismatch" || code == "bundle_rejected" || code == "screen_refused";
-      return reply(final_reply(request_id, transfer_id,
+      return reply(final_reply(transfer_id,
                                Refusal{known ? code : "workspace_setup_failed", st.error().message, std::nullopt}, nullptr));
     }
-    reply(final_reply(request_id, transfer_id, std::nullopt, rec));
+    reply(final_reply(transfer_id, std::nullopt, rec));
   };
 }
 
-void Workspaces::list(const std::string& caller, int64_t request_id, Reply reply) {
+void Workspaces::list(const std::string& caller, Reply reply) {
   protocol::JsonWriter w;
   w.begin_object().key("workspaces").begin_array();
   reactor::SlowCall timed("listing workspaces");
@@ -782,7 +779,7 @@ void Workspaces::list(const std::string& caller, int64_t request_id, Reply reply
     }
   }
   w.end_array().end_object();
-  reply(protocol::encode_result(request_id, w.str()));
+  reply(w.take());
 }
 
 Status Workspaces::drop(const std::string& caller, const std::string& key, std::function<void(bool)> done) {

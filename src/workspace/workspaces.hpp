@@ -61,8 +61,9 @@ struct PreparedTree {
 
 class Workspaces {
  public:
-  // A reply to the request that is being served (one encoded frame payload).
-  using Reply = std::function<void(std::string)>;
+  // The answer to the request being served: its result (a JSON object), or an error (a code and
+  // a message). The runner makes the reply frame of it.
+  using Reply = std::function<void(Expected<std::string>)>;
   // Asked before a workspace is rewritten or removed: does a job of that workspace run?
   using JobsRunning = std::function<bool(const std::string& caller, const std::string& key)>;
 
@@ -84,12 +85,11 @@ class Workspaces {
     std::optional<int64_t> retry_after_ms;
   };
   // `transfer_id`: a fresh id (the runner's UUIDv7), used if a bundle must be sent.
-  void prepare(uint64_t session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
+  void prepare(uint64_t session, const std::string& caller, const protocol::WorkspaceParams& p,
                std::string transfer_id, const std::optional<Refusal>& refusal, Reply reply);
-  void upload(uint64_t session, int64_t request_id, const protocol::WorkspaceParams& p, Reply reply);
-  void finish(uint64_t session, const std::string& caller, int64_t request_id, const protocol::WorkspaceParams& p,
-              Reply reply);
-  void list(const std::string& caller, int64_t request_id, Reply reply);
+  void upload(uint64_t session, const protocol::WorkspaceParams& p, Reply reply);
+  void finish(uint64_t session, const std::string& caller, const protocol::WorkspaceParams& p, Reply reply);
+  void list(const std::string& caller, Reply reply);
   // Removes the workspace (its files, the runner's git dir and record). The caller's jobs in it
   // must have been cancelled first. `done(existed)` runs once the files are gone.
   Status drop(const std::string& caller, const std::string& key, std::function<void(bool existed)> done);
@@ -151,9 +151,10 @@ class Workspaces {
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
   // Untrusted: screens the change from `base` in the mirror first; checks out only if it may execute.
   void screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base, Checked then);
-  Checked reply_when_checked(int64_t request_id, std::string transfer_id, Reply reply) const;
+  Checked reply_when_checked(std::string transfer_id, Reply reply) const;
   void settle(const std::string& id_key);
-  std::string final_reply(int64_t request_id, const std::string& transfer_id, const std::optional<Refusal>& refusal,
+  // The result of a prepare or finish: prepared, or refused (JSON).
+  std::string final_reply(const std::string& transfer_id, const std::optional<Refusal>& refusal,
                           const Record* prepared) const;
   void expire_transfers();
   std::vector<std::string> git_env() const;

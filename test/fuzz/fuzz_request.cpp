@@ -35,8 +35,10 @@ void params_decoders(simdjson::dom::parser& parser, std::string_view params) {
     check(run->command.has_value() != !run->argv.empty());
     check(!run->command || !run->command->empty());
     check(run->argv.empty() || !run->argv[0].empty());
-    check(run->network == "offline" || run->network == "outbound");
-    check(run->platform == "linux" || run->platform == "windows");
+    // Parsed once into enums: each value is one the wire names.
+    check(p::parse_network(p::to_wire(run->network)) == run->network);
+    check(p::parse_platform(p::to_wire(run->platform)) == run->platform);
+    check(p::parse_priority(p::to_wire(run->priority)) == run->priority);
     check(!run->timeout_s || *run->timeout_s >= 1);
     check(!run->cpus || (*run->cpus >= 1 && *run->cpus <= 4096));
     check(!run->memory_bytes || *run->memory_bytes > 0);

@@ -144,6 +144,56 @@ TEST_F(RunnerWorkspaceHelpers, AStuckWorkspaceHoldsUpOnlyItsOwnJobs) {
   EXPECT_EQ(queued.exit_code, 0) << queued.err << runner_->log();
 }
 
+// Issue 15, shutdown: a SIGTERM never waits for a stuck scan (git blocked opening a FIFO named
+// .gitignore, the mask weakened). The runner abandons the scan (the job's report is null), tells the
+// client, exits long before the scan's own 300 s deadline, and nothing of the scan outlives it.
+// Without the bound the runner waits for the scan and stop() gives up.
+TEST_F(RunnerWorkspaceHelpers, ShutdownDoesNotWaitForAStuckScan) {
+  runner_ = std::make_unique<RunnerProcess>();
+  runner_->use_binary(MOTOR_RUNNER_TESTING_BIN, {"--test-weaken=scan-masks"});
+  ASSERT_TRUE(runner_->start()) << runner_->log();
+  ASSERT_EQ(motor({"workspace", "prepare", "-w", "k"}).exit_code, 0) << runner_->log();
+  const std::string fifo = runner_->workspace("k") + "/untracked/.gitignore";
+  CommandResult stuck;
+  std::atomic<bool> stuck_done{false};
+  std::thread first([&] {
+    stuck = motor({"run", "--no-sync", "--json", "-w", "k", "-c",
+                   "mkdir -p /workspace/untracked && mkfifo /workspace/untracked/.gitignore"}, 120s);
+    stuck_done = true;
+  });
+  struct stat st {};
+  ASSERT_TRUE(eventually([&] { return lstat(fifo.c_str(), &st) == 0; })) << runner_->log();
+  // The scan has begun (its helper cgroup exists) and is stuck on the FIFO.
+  ASSERT_TRUE(eventually([&] { return !helper_cgroups().empty(); })) << runner_->log();
+  std::this_thread::sleep_for(1s);
+  ASSERT_FALSE(stuck_done) << "the scan was not stuck: " << stuck.out << stuck.err;
+  const std::string log_before = runner_->log();
+  const int status = runner_->stop(60s);
+  EXPECT_EQ(status, 0) << "the runner did not exit within 60 s of SIGTERM: it waited for the stuck scan\n"
+                       << runner_->log();
+  if (status < 0) {
+    // Unblock the scan so the runner (and the client) can end.
+    for (int i = 0; i < 300 && !stuck_done; ++i) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) ::close(fd);
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  first.join();
+  EXPECT_NE(runner_->log().find("workspace scan has not ended"), std::string::npos) << runner_->log();
+  const std::string terminal = terminal_of(stuck.out);
+  EXPECT_EQ(stuck.exit_code, 0) << stuck.out << stuck.err;
+  EXPECT_EQ(json_field(terminal, "/outcome/type"), "exit") << terminal << stuck.err;
+  EXPECT_EQ(json_field(terminal, "/workspace_changes"), "null") << terminal;
+  // The scan's helper died with the runner: no process is left in its cgroups.
+  EXPECT_TRUE(eventually([&] {
+    for (const auto& cg : helper_cgroups()) {
+      if (!read_file(cg + "/cgroup.procs").empty()) return false;
+    }
+    return true;
+  })) << "a scan helper outlived the runner";
+}
+
 // Item 2. A job capped at 64 MiB plants 160 MiB of ignore patterns for the scan's git to load
 // (about twice that in git's memory): the scan runs in a cgroup with the job's own limit, so it is
 // stopped there and the report says it could not be computed (null), instead of git taking

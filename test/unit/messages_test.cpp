@@ -227,8 +227,8 @@ TEST_F(RunParamsTest, Defaults) {
   EXPECT_TRUE(p.siblings.empty());
   EXPECT_FALSE(p.cpus.has_value());
   EXPECT_FALSE(p.memory_bytes.has_value());
-  EXPECT_EQ(p.network, "offline");
-  EXPECT_EQ(p.platform, "linux");
+  EXPECT_EQ(p.network, Network::kOffline);
+  EXPECT_EQ(p.platform, Platform::kLinux);
   EXPECT_FALSE(p.direct);
 }
 
@@ -252,8 +252,8 @@ TEST_F(RunParamsTest, EveryField) {
   EXPECT_EQ(p.siblings, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(p.cpus, std::optional<int64_t>(4));
   EXPECT_EQ(p.memory_bytes, std::optional<int64_t>(1073741824));
-  EXPECT_EQ(p.network, "outbound");
-  EXPECT_EQ(p.platform, "windows");
+  EXPECT_EQ(p.network, Network::kOutbound);
+  EXPECT_EQ(p.platform, Platform::kWindows);
   EXPECT_TRUE(p.direct);
 }
 
@@ -523,8 +523,8 @@ TEST_F(RecordTest, Accepted) {
   a.job_id = kJobId;
   a.queue_position = 3;
   a.env_not_forwarded = {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"};
-  a.platform = "linux";
-  a.network = "offline";
+  a.platform = Platform::kLinux;
+  a.network = Network::kOffline;
   const std::string text = with_request_id(12, encode_accepted(a));
   const Message m = parse(text);
   EXPECT_EQ(m.kind, Message::Kind::kRecord);
@@ -649,7 +649,7 @@ TEST_F(RecordTest, TerminalOfEveryOutcome) {
     t.outcome = o;
     t.wall_ms = 1234;
     t.queue_wait_ms = 5;
-    t.ran = o.kind == Outcome::Kind::kRefusedBeforeStart ? "none" : "remote";
+    t.ran = o.kind == Outcome::Kind::kRefusedBeforeStart ? Ran::kNone : Ran::kRemote;
     const std::string text = with_request_id(2, encode_terminal(t));
     const Message m = parse(text);
     EXPECT_EQ(m.type, "terminal");
@@ -671,14 +671,14 @@ TEST_F(RecordTest, TerminalFields) {
   t.seq = 4;
   t.outcome = make_outcome(Outcome::Kind::kSignal);
   t.outcome.signal = 9;
-  t.killed = "deadline";
+  t.killed = KillReason::kDeadline;
   t.wall_ms = 60001;
   t.queue_wait_ms = 7;
   t.bundle_bytes = 0;
-  t.ran = "remote";
+  t.ran = Ran::kRemote;
   t.oom_killed = true;
-  t.platform = "linux";
-  t.network = "offline";
+  t.platform = Platform::kLinux;
+  t.network = Network::kOffline;
   const std::string text = encode_terminal(t);
   const Message m = parse(text);
   EXPECT_EQ(m.killed, std::optional<std::string>("deadline"));
@@ -702,7 +702,7 @@ TEST_F(RecordTest, TerminalKilledByCancel) {
   TerminalRecord t;
   t.job_id = kJobId;
   t.outcome = make_outcome(Outcome::Kind::kCancelled);
-  t.killed = "cancel";
+  t.killed = KillReason::kCancel;
   const Message m = parse(encode_terminal(t));
   EXPECT_EQ(m.killed, std::optional<std::string>("cancel"));
   EXPECT_EQ(m.outcome.kind, Outcome::Kind::kCancelled);
@@ -713,7 +713,7 @@ TEST_F(RecordTest, TerminalRefusal) {
   t.job_id = kJobId;
   t.outcome = make_outcome(Outcome::Kind::kRefusedBeforeStart);
   t.outcome.reason = "runner_full";
-  t.ran = "none";
+  t.ran = Ran::kNone;
   t.refusal_detail = "8 jobs are running";
   t.retry_after_ms = 5000;
   const std::string text = encode_terminal(t);

@@ -25,7 +25,7 @@ PersistedState sample() {
   running.caller = "alice";
   running.workspace_key = "ws-1";
   running.summary = "cargo test \"quoted\" \xE2\x82\xAC";
-  running.state = "running";
+  running.state = JobState::kRunning;
   running.cgroup = "job-01890a5d";
   running.created_at_ms = 1700000000000;
   running.started_at_ms = 1700000000123;
@@ -34,7 +34,7 @@ PersistedState sample() {
   finished.caller = "bob";
   finished.workspace_key = "default";
   finished.summary = "true";
-  finished.state = "finished";
+  finished.state = JobState::kFinished;
   finished.created_at_ms = 1;
   finished.started_at_ms = 2;
   finished.terminal_json = R"({"type":"terminal","job_id":"01890a5e-0000-7000-8000-000000000001","outcome":{"type":"exit","code":0}})";

@@ -1,0 +1,44 @@
+// The protocol's enumerated values (docs/protocol.md), as the runner's code uses them. Each is
+// parsed from its wire string once, where a request is decoded, and written back as that string
+// only when a record is encoded: no code past the protocol edge compares wire strings.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace motor::protocol {
+
+enum class Network { kOffline, kOutbound };
+enum class Platform { kLinux, kWindows };
+enum class Priority { kBatch, kInteractive };
+// Whether the command ran ("remote") or not at all ("none").
+enum class Ran { kRemote, kNone };
+// Why the runner killed a job's processes (the terminal record's `killed`).
+enum class KillReason { kDeadline, kCancel, kShutdown };
+// refused_before_start reasons the runner gives (docs/protocol.md "Refusals").
+enum class RefusalReason {
+  kRunnerFull,
+  kRunnerDraining,
+  kRunnerDiskFull,
+  kQueueWaitExceeded,
+  kWorkspaceSetupFailed,
+  kWorkspaceKeyRejected,
+  kPlatformUnsupported,
+  kNetworkUnsupported,
+  kScreenRefused,
+  kVmStartFailed,
+};
+
+std::string_view to_wire(Network v);
+std::string_view to_wire(Platform v);
+std::string_view to_wire(Priority v);
+std::string_view to_wire(Ran v);
+std::string_view to_wire(KillReason v);
+std::string_view to_wire(RefusalReason v);
+
+std::optional<Network> parse_network(std::string_view s);
+std::optional<Platform> parse_platform(std::string_view s);
+std::optional<Priority> parse_priority(std::string_view s);
+std::optional<KillReason> parse_kill_reason(std::string_view s);
+
+}  // namespace motor::protocol

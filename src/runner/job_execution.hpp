@@ -1,0 +1,60 @@
+// How a job's command runs. A Job owns one Execution from its start: LinuxExecution (the job
+// sandbox under a cgroup, job_linux.cpp), VmExecution (a fresh VM, job_vm.cpp), and a systemd
+// unit next. The execution reports to the job through ExecutionSink; the job keeps the record,
+// the deadline, the workspace report and the terminal record's common fields.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "motor/expected.hpp"
+#include "protocol/messages.hpp"
+#include "runner/job_log.hpp"
+
+namespace motor::runner {
+
+// How the command ended, as far as the execution knows.
+struct ExecutionEnd {
+  protocol::Outcome outcome;
+  protocol::Ran ran = protocol::Ran::kRemote;
+  std::optional<protocol::KillReason> killed;  // the runner's kill that ended it
+  std::optional<std::string> refusal_detail;
+  bool oom_killed = false;
+  // The command ran on the host's workspace: it is scanned for what it changed before the
+  // terminal record. An execution that knows the changes itself (a VM's guest) gives `workspace`.
+  bool scan_workspace = false;
+  std::optional<protocol::WorkspaceReportJson> workspace;
+  // (ext) resource_usage: CPU and peak memory from the job's cgroup, where the execution has one.
+  std::optional<int64_t> cpu_user_us, cpu_system_us, memory_peak_bytes;
+};
+
+class ExecutionSink {
+ public:
+  virtual ~ExecutionSink() = default;
+  // The command runs (exec'd in the sandbox, started in the guest): the `started` record.
+  virtual void execution_started() = 0;
+  // The command's main process is gone (what it left may still be dying): the deadline stops.
+  virtual void execution_exited() = 0;
+  // Output (or the preparation's, as stderr): an error if the log cannot take it now (a full disk).
+  virtual Status execution_output(JobLog::Kind kind, std::string_view bytes) = 0;
+  // It never started (the starter failed): the job ends as refused.
+  virtual void execution_start_failed(const std::string& detail) = 0;
+  // Everything of the job is gone.
+  virtual void execution_ended(ExecutionEnd end) = 0;
+};
+
+class Execution {
+ public:
+  virtual ~Execution() = default;
+  // Kills everything of the job (its process tree, its VM); the end is reported as usual.
+  // `why` unset: a kill the job did not earn (processes left after its command ended).
+  virtual void kill(std::optional<protocol::KillReason> why) = 0;
+  // The runner is stopping: output the log cannot take is dropped, so the job can end.
+  virtual void shutdown() = 0;
+  // After the end (and the workspace scan), before the terminal record: what is left of the job
+  // on the host goes (its cgroup), so a client that saw `terminal` finds nothing of it.
+  virtual void release() = 0;
+};
+
+}  // namespace motor::runner

@@ -1,0 +1,410 @@
+#include "runner/job_linux.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
+#include "reactor/slow_call.hpp"
+#include "runner/log.hpp"
+#include "sandbox/cgroup_usage.hpp"
+
+namespace motor::runner {
+namespace {
+
+// How often a cgroup that is being killed is checked for emptiness.
+constexpr uint64_t kEmptyPollMs = 5;
+// After an OOM notification without a kill yet: how often, and how many times, the kill
+// counter is read again.
+constexpr uint64_t kOomRecheckMs = 10;
+constexpr int kOomRechecks = 50;
+// How often output held back by a full disk is offered to the log again.
+constexpr uint64_t kLogRetryMs = 1000;
+// Polls of a cgroup whose state cannot be read (every kEmptyPollMs) before the job ends anyway,
+// its cgroup left to the background removal: about 2 s.
+constexpr int kUnreadableCgroupPolls = 400;
+
+}  // namespace
+
+LinuxExecution::LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink)
+    : loop_(loop), launch_(std::move(launch)), sink_(sink) {}
+
+LinuxExecution::~LinuxExecution() = default;
+
+void LinuxExecution::log(const std::string& line) const { log_job(launch_.job_id, "{}", line); }
+
+Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, JobStarter& starter, const sandbox::SandboxConfig& box) {
+  sandbox::CgroupLimits limits;
+  // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
+  limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch_.memory_bytes;
+  limits.pids_max = control_weakened("pids-limit") ? 0 : launch_.pids_max;
+  limits.cpus = control_weakened("cpuset") ? std::string() : launch_.cpus.list();
+  auto cg = [&] {
+    reactor::SlowCall timed("creating a job cgroup");
+    return cgroups.create(launch_.cgroup_name, limits);
+  }();
+  if (!cg) return cg.error();
+  cgroup_ = std::move(*cg);
+  // From here on a failure must remove the cgroup again.
+  auto fail = [&](Error e) -> Status {
+    (void)cgroup_->remove();
+    cgroup_.reset();
+    return e;
+  };
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
+  if (pipe2(err_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null) return fail(sys_error("opening /dev/null"));
+
+  sandbox::SpawnSpec spec;
+  spec.executable = launch_.executable;
+  spec.argv = launch_.argv;
+  spec.env = launch_.env;
+  spec.cwd = launch_.cwd;
+  spec.uid = launch_.account->uid;
+  spec.gid = launch_.account->gid;
+  spec.stdin_fd = dev_null.get();
+  spec.stdout_fd = out_write.get();
+  spec.stderr_fd = err_write.get();
+  spec.cgroup = cgroup_.get();
+  out_read_ = std::move(out_read);
+  err_read_ = std::move(err_read);
+  {
+    reactor::SlowCall timed("spawning a job");
+    starter.spawn(box, spec, [this](Expected<sandbox::SpawnedProcess> spawned) { on_spawned(std::move(spawned)); });
+  }  // our ends of the job's pipes close here: the starter (or the child) holds its own
+  return {};
+}
+
+void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
+  if (!spawned) {
+    (void)cgroup_->kill_all();  // a starter that died after its clone3 may have left the job
+    out_read_.reset();
+    err_read_.reset();
+    log_error("job {}: could not start: {}", launch_.job_id, spawned.error().message);
+    if (auto s = cgroup_->remove(); !s) {
+      log("removing the cgroup: " + s.error().message);
+      launch_.retire_cgroup(cgroup_->directories(), "job " + launch_.job_id);
+    }
+    cgroup_.reset();
+    return sink_.execution_start_failed(spawned.error().message);  // may destroy this
+  }
+  pid_ = spawned->pid;
+  pidfd_ = std::move(spawned->pidfd);
+  setup_status_ = std::move(spawned->setup_status);
+  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+
+  stdout_ = std::make_unique<OutputPipe>();
+  stderr_ = std::make_unique<OutputPipe>();
+  stdout_->kind = JobLog::Kind::kStdout;
+  stderr_->kind = JobLog::Kind::kStderr;
+  for (auto* p : {stdout_.get(), stderr_.get()}) {
+    p->owner = this;
+    uv_pipe_init(loop_, p->pipe.get(), 0);
+    p->pipe.initialized(p);
+    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read_ : err_read_).release());
+    start_reading(*p);
+  }
+  uv_poll_init(loop_, pidfd_poll_.get(), pidfd_.get());
+  pidfd_poll_.initialized(this);
+  uv_poll_start(pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_exit();
+  });
+  uv_poll_init(loop_, setup_poll_.get(), setup_status_.get());
+  setup_poll_.initialized(this);
+  uv_poll_start(setup_poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->confirm_started();
+  });
+  watch_oom();
+  log(fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
+                  launch_.cgroup_name, launch_.cpus.list(),
+                  launch_.account->name, launch_.summary));
+  // Cancelled or past its deadline while the starter worked: kill what now exists.
+  if (kill_issued_) kill(std::nullopt);
+}
+
+void LinuxExecution::start_reading(OutputPipe& out) {
+  uv_read_start(
+      out.pipe.stream(),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* op = static_cast<OutputPipe*>(h->data);
+        *buf = uv_buf_init(op->buf, sizeof op->buf);
+      },
+      [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
+        if (auto* op = static_cast<OutputPipe*>(h->data)) op->owner->on_output(*op, nread);
+      });
+}
+
+void LinuxExecution::confirm_started() {
+  if (started_confirmed_ || !setup_status_) return;
+  char buf[512];
+  const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;  // not exec'd yet
+  started_confirmed_ = true;
+  setup_poll_.close();
+  setup_status_.reset();
+  if (n > 0) setup_error_.assign(buf, static_cast<size_t>(n));
+  const bool exec_failed = setup_error_.rfind("exec:", 0) == 0;
+  if (!setup_error_.empty() && !exec_failed) {
+    log("the sandbox could not be set up: " + setup_error_);
+    return;  // refused before start: no `started` record
+  }
+  sink_.execution_started();
+  if (exec_failed) {
+    // As a shell reports a command it cannot run: a message on stderr and exit status 127.
+    (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
+  }
+}
+
+void LinuxExecution::on_output(OutputPipe& out, ssize_t nread) {
+  if (nread > 0) {
+    confirm_started();
+    if (!started_confirmed_) {
+      // Output can only come after exec, so the status pipe is at EOF already; be safe anyway.
+      started_confirmed_ = true;
+      sink_.execution_started();
+    }
+    append_output(out, std::string_view(out.buf, static_cast<size_t>(nread)));
+    return;
+  }
+  if (nread == 0) return;
+  out.eof = true;
+  out.pipe.close();
+  maybe_end();
+}
+
+bool LinuxExecution::append_output(OutputPipe& out, std::string_view bytes) {
+  auto s = sink_.execution_output(out.kind, bytes);
+  if (s) return true;
+  if (shutting_down_) {
+    log(fmt::format("{}; {} bytes of output dropped (the runner is stopping)", s.error().message, bytes.size()));
+    return true;
+  }
+  // A full disk: hold this chunk, stop reading this pipe (the job blocks on its writes, so
+  // nothing is lost), and offer it to the log again later.
+  out.pending.assign(bytes);
+  if (out.pipe.live()) uv_read_stop(out.pipe.stream());
+  log(s.error().message + "; output paused until the log can be written");
+  if (!retry_timer_.live()) {
+    uv_timer_init(loop_, retry_timer_.get());
+    retry_timer_.initialized(this);
+  }
+  uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
+    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->retry_pending_output();
+  }, kLogRetryMs, 0);
+  return false;
+}
+
+void LinuxExecution::retry_pending_output() {
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (!p || p->pending.empty()) continue;
+    std::string chunk = std::move(p->pending);
+    p->pending.clear();
+    if (!append_output(*p, chunk)) return;
+    if (p->pipe.live() && !p->eof) start_reading(*p);
+  }
+  maybe_end();
+}
+
+void LinuxExecution::shutdown() {
+  shutting_down_ = true;
+  if (stdout_ && stderr_) retry_pending_output();
+}
+
+void LinuxExecution::on_exit() {
+  if (exited_) return;
+  const int init_signal = sandbox::init_reported_signal(pid_);  // read before the reap frees the pid
+  auto status = sandbox::reap_pidfd(pidfd_.get());
+  if (!status) return;  // spurious wakeup
+  exited_ = true;
+  wait_status_ = *status;
+  // The command died of a signal inside the sandbox: report it as that signal, not as 128+N.
+  if (init_signal && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 128 + init_signal) wait_status_ = init_signal;
+  pidfd_poll_.close();
+  pidfd_.reset();
+  confirm_started();
+  sink_.execution_exited();
+  check_empty();
+}
+
+void LinuxExecution::watch_oom() {
+  auto watch = cgroup_->watch_oom();
+  if (!watch) {
+    log("no live OOM watcher (" + watch.error().message + "); an OOM kill is found at exit only");
+    return;
+  }
+  oom_watch_.emplace(std::move(*watch));
+  uv_poll_init(loop_, oom_poll_.get(), oom_watch_->fd());
+  oom_poll_.initialized(this);
+  uv_poll_start(oom_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_oom_event(true);
+  });
+}
+
+void LinuxExecution::on_oom_event(bool woken) {
+  auto kills = oom_watch_->consume();
+  if (!kills) {
+    log("the OOM watcher failed (" + kills.error().message + "); an OOM kill is found at exit only");
+    oom_poll_.close();
+    return;
+  }
+  if (*kills <= oom_kills_seen_) {
+    // v1 signals as the cgroup enters OOM, before the killer has picked a victim (or reclaim
+    // may still succeed): look at the counter again for a short while.
+    if (woken && oom_rechecks_left_ == 0) {
+      oom_rechecks_left_ = kOomRechecks;
+      if (!oom_recheck_.live()) {
+        uv_timer_init(loop_, oom_recheck_.get());
+        oom_recheck_.initialized(this);
+      }
+      uv_timer_start(oom_recheck_.get(), [](uv_timer_t* h) {
+        auto* self = reactor::owner_of<LinuxExecution>(h);
+        if (!self || !self->oom_poll_.live()) return;
+        if (--self->oom_rechecks_left_ <= 0) uv_timer_stop(h);
+        self->on_oom_event(false);
+      }, kOomRecheckMs, kOomRecheckMs);
+    }
+    return;
+  }
+  oom_rechecks_left_ = 0;
+  if (oom_recheck_.live()) uv_timer_stop(oom_recheck_.get());
+  oom_kills_seen_ = *kills;
+  log(fmt::format("OOM kill seen by the watcher: the job hit its memory limit of {} bytes ({} kill(s) so far)",
+                  launch_.memory_bytes, *kills));
+}
+
+void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
+  if (ended_ || !cgroup_) return;
+  if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
+  kill_issued_ = true;
+  if (control_weakened("cgroup-kill")) {  // test build only: the main process alone is killed
+    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  } else if (auto s = cgroup_->kill_all(); !s) {
+    log("killing the cgroup failed: " + s.error().message + "; signalling the main process");
+    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  }
+  if (exited_) check_empty();
+}
+
+void LinuxExecution::check_empty() {
+  if (cgroup_empty_) return;
+  auto populated = cgroup_->populated();
+  if (!populated) {
+    const auto dirs = cgroup_->directories();
+    if (std::none_of(dirs.begin(), dirs.end(), [](const std::string& d) { return access(d.c_str(), F_OK) == 0; })) {
+      // Removed under us (only an empty cgroup can be): nothing of the job is left in it.
+      log("the job's cgroup is gone (something else removed it); its processes are gone with it");
+      populated = false;
+    } else if (++unreadable_polls_ >= kUnreadableCgroupPolls) {
+      log(fmt::format("cannot read the cgroup's state for {} ms ({}); the job ends, its cgroup is removed in the background",
+                      kUnreadableCgroupPolls * kEmptyPollMs, populated.error().message));
+      launch_.retire_cgroup(dirs, "job " + launch_.job_id);
+      populated = false;
+    } else if (unreadable_polls_ == 1) {
+      log(fmt::format("cannot read the cgroup's state: {} (retried for {} ms)", populated.error().message,
+                      kUnreadableCgroupPolls * kEmptyPollMs));
+    }
+  }
+  // Test build only ("cgroup-kill"): what the command left gets 500 ms to go, then the job ends
+  // without it (and without the output pipes it may still hold).
+  const bool give_up = control_weakened("cgroup-kill") && exited_ && ++leftover_polls_ > 100;
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (give_up && !p->eof) {
+      p->eof = true;
+      p->pipe.close();
+    }
+  }
+  if ((populated && !*populated) || give_up) {
+    cgroup_empty_ = true;
+    empty_poll_.close();
+    maybe_end();
+    return;
+  }
+  // The command is gone but something it started is still running (a daemon that left the
+  // session, say): nothing of a job outlives it.
+  if (!kill_issued_) kill(std::nullopt);
+  if (!empty_poll_.live()) {
+    uv_timer_init(loop_, empty_poll_.get());
+    empty_poll_.initialized(this);
+    uv_timer_start(empty_poll_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->check_empty();
+    }, kEmptyPollMs, kEmptyPollMs);
+  }
+}
+
+void LinuxExecution::maybe_end() {
+  if (ended_ || !exited_ || !cgroup_empty_) return;
+  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
+    if (!p->eof || !p->pending.empty()) return;
+  }
+  ended_ = true;
+  empty_poll_.close();
+  retry_timer_.close();
+  setup_poll_.close();
+  // The pipes are closed; their read buffers need not outlive the job.
+  stdout_.reset();
+  stderr_.reset();
+  sink_.execution_ended(end_state());
+}
+
+ExecutionEnd LinuxExecution::end_state() {
+  ExecutionEnd end;
+  // The watcher saw it live (a wake-up still queued in this loop iteration counts too); the
+  // counter read now confirms, and covers a watcher that could not be set up.
+  if (oom_watch_ && oom_poll_.live()) {
+    pollfd ready{oom_watch_->fd(), POLLIN, 0};
+    if (::poll(&ready, 1, 0) > 0 || oom_rechecks_left_ > 0) on_oom_event(false);
+  }
+  end.oom_killed = oom_kills_seen_ > 0 || cgroup_->oom_killed();
+  oom_poll_.close();  // before remove(): v1 signals the eventfd when the cgroup goes
+  oom_recheck_.close();
+  oom_watch_.reset();
+  end.killed = killed_;
+  const sandbox::CgroupUsage usage = sandbox::read_cgroup_usage(cgroup_->directories());  // (ext) resource_usage
+  end.cpu_user_us = usage.cpu_user_us;
+  end.cpu_system_us = usage.cpu_system_us;
+  end.memory_peak_bytes = usage.memory_peak_bytes;
+  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
+  end.scan_workspace = setup_error_.empty();
+  const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
+  if (refused) {
+    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
+    end.refusal_detail = setup_error_.substr(0, 1024);
+    end.ran = protocol::Ran::kNone;
+    end.killed.reset();
+  } else if (killed_ == protocol::KillReason::kCancel || killed_ == protocol::KillReason::kShutdown) {
+    end.outcome.kind = protocol::Outcome::Kind::kCancelled;
+  } else if (WIFEXITED(wait_status_)) {
+    end.outcome.kind = protocol::Outcome::Kind::kExit;
+    end.outcome.code = WEXITSTATUS(wait_status_);
+  } else {
+    end.outcome.kind = protocol::Outcome::Kind::kSignal;
+    end.outcome.signal = WTERMSIG(wait_status_);
+  }
+  return end;
+}
+
+void LinuxExecution::release() {
+  if (!cgroup_) return;
+  // One still busy (a dying process on a loaded host) is removed in the background.
+  if (auto s = [&] {
+        reactor::SlowCall timed("removing a job cgroup");
+        return cgroup_->remove();
+      }();
+      !s) {
+    log("removing the cgroup: " + s.error().message);
+    launch_.retire_cgroup(cgroup_->directories(), "job " + launch_.job_id);
+  }
+  cgroup_.reset();
+}
+
+}  // namespace motor::runner

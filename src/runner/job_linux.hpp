@@ -1,0 +1,107 @@
+// A Linux job's execution: its process tree in the job sandbox under a cgroup of its own, started
+// through the job starter; its output pipes, its exit (pidfd), the cgroup emptied after it, the
+// OOM watcher. Reports to the job (ExecutionSink); the job owns the record and the deadline.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motor/unique_fd.hpp"
+#include "reactor/uv_handle.hpp"
+#include "runner/cpu_claims.hpp"
+#include "runner/job_execution.hpp"
+#include "runner/job_starter.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/cgroup.hpp"
+#include "sandbox/sandbox_plan.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace motor::runner {
+
+struct LinuxLaunch {
+  std::string job_id, cgroup_name, summary;
+  std::string caller;  // for the operator's log line
+  std::string executable;
+  std::vector<std::string> argv, env;
+  std::string cwd;
+  int64_t memory_bytes = 0;
+  int64_t pids_max = 0;
+  CpuClaim cpus;
+  const sandbox::Account* account = nullptr;  // the job account
+  // A cgroup still busy at the end: removed in the background (Runner::retire_cgroup).
+  std::function<void(std::vector<std::string> dirs, std::string what)> retire_cgroup;
+};
+
+class LinuxExecution : public Execution {
+ public:
+  LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink);
+  ~LinuxExecution() override;
+
+  // Creates the cgroup and asks the starter to spawn `box`. On error nothing is left.
+  Status start(sandbox::CgroupDriver& cgroups, JobStarter& starter, const sandbox::SandboxConfig& box);
+
+  void kill(std::optional<protocol::KillReason> why) override;
+  void shutdown() override;
+  void release() override;
+
+ private:
+  struct OutputPipe {
+    LinuxExecution* owner = nullptr;
+    reactor::UvHandle<uv_pipe_t> pipe;
+    JobLog::Kind kind = JobLog::Kind::kStdout;
+    bool eof = false;
+    std::string pending;  // a chunk the log could not take yet (disk full): reading pauses
+    char buf[64 * 1024];
+  };
+  // The job starter's answer: watch the process, or end the job as refused.
+  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
+  void start_reading(OutputPipe& out);
+  void confirm_started();
+  void on_output(OutputPipe& out, ssize_t nread);
+  bool append_output(OutputPipe& out, std::string_view bytes);
+  void retry_pending_output();
+  void on_exit();
+  void watch_oom();
+  // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
+  void on_oom_event(bool woken);
+  void check_empty();
+  void maybe_end();
+  ExecutionEnd end_state();
+  void log(const std::string& line) const;
+
+  uv_loop_t* loop_;
+  LinuxLaunch launch_;
+  ExecutionSink& sink_;
+  std::unique_ptr<sandbox::JobCgroup> cgroup_;
+  UniqueFd pidfd_, setup_status_;
+  UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
+  pid_t pid_ = -1;
+  bool started_confirmed_ = false;
+  std::string setup_error_;  // the child failed before exec
+  bool exited_ = false, ended_ = false;
+  int wait_status_ = 0;
+  bool cgroup_empty_ = false;
+  std::optional<protocol::KillReason> killed_;
+  bool kill_issued_ = false;
+  bool shutting_down_ = false;
+  int leftover_polls_ = 0;    // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
+  int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
+  reactor::UvHandle<uv_poll_t> pidfd_poll_;
+  reactor::UvHandle<uv_poll_t> setup_poll_;    // the child's setup status: EOF once exec'd
+  reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
+  reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
+  std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
+  reactor::UvHandle<uv_poll_t> oom_poll_;
+  reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen
+  int oom_rechecks_left_ = 0;
+  int64_t oom_kills_seen_ = 0;
+  std::unique_ptr<OutputPipe> stdout_, stderr_;
+};
+
+}  // namespace motor::runner

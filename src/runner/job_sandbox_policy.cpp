@@ -1,0 +1,49 @@
+#include "runner/job_sandbox_policy.hpp"
+
+#include <sys/stat.h>
+
+#include "motor/test_switches.hpp"
+#include "workspace/workspace_dir.hpp"
+#include "workspace/workspace_names.hpp"
+
+namespace motor::runner {
+
+std::vector<std::string> job_command(const protocol::RunParams& p) {
+  return p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
+}
+
+std::optional<Refusal> job_sandbox_policy(const Config& config, const JobIdentity& who, const std::string& caller,
+                                          const std::string& workspace_dir, const protocol::RunParams& p,
+                                          sandbox::SandboxConfig& box) {
+  box.workspace = {workspace_dir, kWorkspaceInJob};
+  box.tmp_size_bytes = static_cast<uint64_t>(config.job_tmp_bytes);
+  box.uid = who.account.uid;
+  box.gid = who.account.gid;
+  box.user_name = who.account.name;
+  box.group_name = who.group_name;
+  box.init_path = who.init_path;
+  // Shared caches: read-only at their own paths.
+  for (const auto& cache : config.cache_paths) {
+    (motor::control_weakened("readonly-caches") ? box.writable : box.read_only).push_back({cache, cache});
+  }
+  if (motor::control_weakened("empty-root")) {
+    // Test build only: host paths the empty root keeps out, bound read-only as a leaky bind list would.
+    for (const std::string path : {"/root", "/etc/shadow", config.state_dir.c_str()}) box.read_only.push_back({path, path});
+  }
+  // Sibling workspaces of the same caller: read-only at /siblings/<key>.
+  for (const auto& sibling : p.siblings) {
+    if (auto s = workspace::validate_workspace_key(sibling); !s) {
+      return Refusal{protocol::RefusalReason::kWorkspaceKeyRejected, s.error().message};
+    }
+    const auto dir = workspace::workspace_dir_path(config.effective_workspace_root(), caller, sibling);
+    struct stat sst {};
+    if (sibling == p.workspace_key || !dir || lstat(dir->c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+      return Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
+                     "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)"};
+    }
+    box.read_only.push_back({*dir, std::string(kSiblingsInJob) + "/" + sibling});
+  }
+  return std::nullopt;
+}
+
+}  // namespace motor::runner

@@ -1,0 +1,44 @@
+// A Linux job's sandbox policy, decided from the runner's config and the job's request: the
+// workspace at /workspace, the shared caches read-only, the caller's sibling workspaces read-only
+// at /siblings/<key>, the job account, motor-init as PID 1. The job starter plans the mounts and
+// namespaces from it just before its clone3 (job_starter.hpp); the child only makes the calls.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "protocol/messages.hpp"
+#include "runner/config.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/sandbox_plan.hpp"
+
+namespace motor::runner {
+
+// Where a job sees its workspace (its cwd is below it, its $HOME is it) and its siblings.
+inline constexpr const char* kWorkspaceInJob = "/workspace";
+inline constexpr const char* kSiblingsInJob = "/siblings";
+
+struct JobIdentity {
+  const sandbox::Account& account;  // the job account
+  const std::string& group_name;    // its primary group's name
+  const std::string& init_path;     // motor-init on the host
+};
+
+// Why a job is refused before it starts, and what to tell its client.
+struct Refusal {
+  protocol::RefusalReason reason;
+  std::string detail;
+};
+
+// The policy without the network (the runner claims that, it is released with the job), into
+// `box`; or why the job cannot have one.
+std::optional<Refusal> job_sandbox_policy(const Config& config, const JobIdentity& who, const std::string& caller,
+                                          const std::string& workspace_dir, const protocol::RunParams& params,
+                                          sandbox::SandboxConfig& box);
+
+// The command as motor-init runs it: through /bin/sh -c, or the argv as given.
+std::vector<std::string> job_command(const protocol::RunParams& params);
+
+}  // namespace motor::runner

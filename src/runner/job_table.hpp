@@ -1,0 +1,41 @@
+// The jobs the runner knows (queued, running, finished and kept), by id: UUIDv7 ids sort by
+// creation time, so the map's order is the jobs' age. Sums over the running ones are the
+// admission's inputs (memory, CPUs, slots).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/job.hpp"
+
+namespace motor::runner {
+
+class JobTable {
+ public:
+  using Map = std::map<std::string, std::unique_ptr<Job>>;
+
+  Job* find(const std::string& id) const;
+  Job& add(std::unique_ptr<Job> job);
+  const Map& all() const { return jobs_; }
+  size_t size() const { return jobs_.size(); }
+
+  size_t running() const;
+  int64_t memory_reserved() const;  // the running jobs' memory limits
+  double cpus_claimed() const;      // the running jobs' CPUs
+  // A job of this caller's workspace is running (its workspace may not be rewritten now).
+  bool running_in(const std::string& caller, const std::string& workspace_key) const;
+  // The newest jobs `visible` admits, oldest first, at most `limit`; *truncated if there are more.
+  std::vector<const Job*> newest(const std::function<bool(const Job&)>& visible, size_t limit, bool* truncated) const;
+  // Finished jobs nobody follows, oldest first, until at most `keep` finished ones are left;
+  // `dropped(id)` runs for each before it goes.
+  void evict_finished(size_t keep, const std::function<void(const std::string& id)>& dropped);
+
+ private:
+  Map jobs_;
+};
+
+}  // namespace motor::runner

@@ -1,0 +1,131 @@
+// Start-up recovery: what an earlier runner left in state.json, the job logs and the cgroup
+// parent. Finished jobs come back as they were; queued ones are refused (runner_draining); running
+// ones are killed and recorded as outcome_unknown unless their log holds their terminal record;
+// cgroups no record names are killed and removed.
+#include <chrono>
+#include <thread>
+
+#include "runner/log.hpp"
+#include "runner/runner.hpp"
+#include "runner/sha256.hpp"
+
+namespace motor::runner {
+namespace {
+
+// At start-up only (before the loop serves anyone): kills what a dead runner left in a job
+// cgroup, waits up to 10 s for it to empty, and removes it.
+Status kill_and_remove(sandbox::JobCgroup& cg) {
+  (void)cg.kill_all();
+  for (int i = 0; i < 2000; ++i) {
+    auto populated = cg.populated();
+    if (!populated || !*populated) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cg.remove();
+}
+
+}  // namespace
+
+void Runner::restore_job(const PersistedJob& pj, std::string terminal_json) {
+  Job& job = jobs_.add(Job::restore(*this, pj.job_id, pj.caller, pj.workspace_key, record_settings(pj.job_id), pj.summary,
+                                    pj.created_at_ms, std::move(terminal_json)));
+  Sha256Digest d{};
+  if (!pj.secret_sha256.empty() && from_hex(pj.secret_sha256, d)) job.set_secret_digest(d);
+}
+
+Status Runner::recover() {
+  auto state = load_state(config_.state_dir);
+  if (!state) return state.error();
+  draining_ = state->draining;
+  std::set<std::string> known_cgroups;
+  for (auto& pj : state->jobs) {
+    if (!protocol::is_job_id(pj.job_id)) continue;
+    if (pj.state == PersistedJob::State::kFinished && !pj.terminal_json.empty()) {
+      restore_job(pj, pj.terminal_json);
+      continue;
+    }
+    if (pj.state == PersistedJob::State::kQueued) {
+      // state.json is written asynchronously: a job may have started after its last save said
+      // "queued". If its cgroup exists (made just before the spawn) or its log has records, it
+      // may have run: it is accounted for like a running one, never as "not started".
+      const std::string cgroup = "job-" + pj.job_id;
+      const bool has_cgroup = static_cast<bool>(cgroups_->open(cgroup));
+      auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes);
+      if (has_cgroup || (log && log->last_seq() > 0)) {
+        pj.state = PersistedJob::State::kRunning;
+        pj.cgroup = cgroup;
+      }
+    }
+    if (pj.state == PersistedJob::State::kQueued) recover_queued(pj);
+    else recover_unfinished(pj, known_cgroups);
+  }
+  // Job cgroups that no record names (the runner died between creating one and saving state).
+  for (const auto& name : cgroups_->list()) {
+    if (known_cgroups.count(name) || name.starts_with(helper_cgroup_prefix())) continue;  // this runner's helper
+    if (auto cg = cgroups_->open(name)) {
+      log_warning("removing the leftover cgroup {}", name);
+      if (auto s = kill_and_remove(**cg); !s) log_warning("removing the leftover cgroup {}: {}", name, s.error().message);
+    }
+  }
+  evict_finished();
+  (void)save_state();
+  return {};
+}
+
+// It never started: the restart refuses it (transient; nobody cancelled it).
+void Runner::recover_queued(PersistedJob& pj) {
+  protocol::TerminalRecord t;
+  t.job_id = pj.job_id;
+  t.outcome = protocol::refused(protocol::RefusalReason::kRunnerDraining);
+  t.retry_after_ms = kRetryWhenDrainingMs;
+  t.ran = protocol::Ran::kNone;
+  t.refusal_detail = "the runner restarted before the job started; submit it again";
+  std::string terminal;
+  if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
+    t.seq = log->last_seq() + 1;
+    terminal = protocol::encode_terminal(t);
+    (void)log->append(JobLog::Kind::kRecord, terminal);
+  } else {
+    terminal = protocol::encode_terminal(t);
+  }
+  log_warning("job {} was queued when the runner stopped; it is recorded as refused before start (runner_draining)", pj.job_id);
+  restore_job(pj, std::move(terminal));
+}
+
+// A job of a runner that died: kill whatever is left of it, and say we do not know how it ended
+// rather than lose it.
+void Runner::recover_unfinished(PersistedJob& pj, std::set<std::string>& known_cgroups) {
+  if (!pj.cgroup.empty()) {
+    known_cgroups.insert(pj.cgroup);
+    if (auto cg = cgroups_->open(pj.cgroup)) {
+      if (auto s = kill_and_remove(**cg); !s) log_warning("job {}: removing its cgroup: {}", pj.job_id, s.error().message);
+    }
+  }
+  protocol::TerminalRecord t;
+  t.job_id = pj.job_id;
+  t.outcome.kind = protocol::Outcome::Kind::kOutcomeUnknown;
+  t.ran = protocol::Ran::kRemote;
+  std::string terminal;
+  bool unknown = true;
+  if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
+    // The job may have ended and had its terminal record logged just before the crash.
+    if (auto logged = log->last_terminal()) {
+      terminal = std::move(*logged);
+      unknown = false;
+    }
+    if (terminal.empty()) {
+      t.seq = log->last_seq() + 1;
+      terminal = protocol::encode_terminal(t);
+      unknown = true;
+      if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) log_warning("job {}: {}", pj.job_id, seq.error().message);
+    }
+  } else {
+    terminal = protocol::encode_terminal(t);
+  }
+  if (unknown) metrics_.job_finished("outcome_unknown");
+  log_warning("job {} was running when the runner stopped; its processes were killed; outcome: {}", pj.job_id,
+              unknown ? "unknown" : "recorded before the stop");
+  restore_job(pj, std::move(terminal));
+}
+
+}  // namespace motor::runner
