@@ -100,7 +100,7 @@ Expected<std::string> derived_config(const GateOptions& options, const std::stri
     ss << in.rdbuf();
     text = ss.str();
   } else {
-    text = std::string(runner::default_config_text());
+    text = std::string(config::default_config_text());
   }
   std::istringstream in(text);
   std::string out, line;
@@ -116,7 +116,7 @@ Expected<std::string> derived_config(const GateOptions& options, const std::stri
   out += fmt::format("# motor-runner gate: its own cgroup parent, no metrics, kill on SIGTERM\n"
                      "cgroup_parent = {}\nmetrics_file = \"\"\nshutdown = kill\n",
                      cgroup_parent);
-  if (auto parsed = runner::parse_config(out, "gate config"); !parsed) return parsed.error();
+  if (auto parsed = config::parse_config(out, "gate config"); !parsed) return parsed.error();
   return out;
 }
 
@@ -399,7 +399,7 @@ std::vector<std::string> attack_ids() {
   return ids;
 }
 
-int run_gate(const runner::Config& config, const GateOptions& options) {
+int run_gate(const config::Config& config, const GateOptions& options) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -478,7 +478,7 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
 
     // The attacks' environment.
     AttackEnv env;
-    runner::Config effective = config;
+    config::Config effective = config;
     effective.state_dir = g.state_dir;
     if (fatal.empty()) {
       env.config = &config;

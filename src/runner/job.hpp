@@ -16,7 +16,7 @@
 #include "runner/cpu_claims.hpp"
 #include "runner/job_log.hpp"
 #include "runner/session_id.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"

@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "runner/job.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 
 namespace motor::runner {

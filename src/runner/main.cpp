@@ -16,9 +16,9 @@
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "runner/connect.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 
 namespace {
@@ -88,7 +88,9 @@ std::string take_test_flag(const std::string& arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace motor;
   using namespace motor::runner;
+  using namespace motor::config;
   Options opt;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {

@@ -23,12 +23,12 @@
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/env_filter.hpp"
-#include "runner/job_id.hpp"
-#include "runner/log.hpp"
+#include "config/env_filter.hpp"
+#include "base/job_id.hpp"
+#include "base/log.hpp"
 #include "runner/runner_lock.hpp"
 #include "runner/session.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 #include "runner/state_store.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "workspace/workspace_dir.hpp"
@@ -125,7 +125,7 @@ std::string summarize(const protocol::RunParams& p) {
 
 }  // namespace
 
-Runner::Runner(uv_loop_t* loop, Config config)
+Runner::Runner(uv_loop_t* loop, config::Config config)
     : loop_(loop),
       config_(std::move(config)),
       cgroup_retirement_(loop),
@@ -184,8 +184,8 @@ Status Runner::start() {
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
 
   auto pref = sandbox::CgroupPreference::kAuto;
-  if (config_.cgroup_mode == CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
-  if (config_.cgroup_mode == CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
+  if (config_.cgroup_mode == config::CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
+  if (config_.cgroup_mode == config::CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
   auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
   if (!cgroups) return cgroups.error();
   cgroups_ = std::move(*cgroups);
@@ -212,11 +212,11 @@ Status Runner::start() {
   if (auto s = start_workspaces(); !s) return s;
   if (auto s = recover(); !s) return s;
   if (config_.outbound_network) {
-    auto outbound = Outbound::start(loop_, config_);
+    auto outbound = netpolicy::Outbound::start(loop_, config::outbound_settings(config_));
     if (!outbound) return outbound.error();
     outbound_ = std::move(*outbound);
   } else {
-    Outbound::remove_leftovers(config_);
+    netpolicy::Outbound::remove_leftovers(config::outbound_settings(config_));
   }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
@@ -819,7 +819,7 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   protocol::AcceptedRecord a;
   a.job_id = *id;
   a.queue_position = static_cast<int64_t>(position - 1);  // 0: next to start
-  a.env_not_forwarded = filter_env(p.env, config_.env_allow).not_forwarded;
+  a.env_not_forwarded = config::filter_env(p.env, config_.env_allow).not_forwarded;
   a.platform = p.platform;
   a.network = p.network;
   if (p.direct) a.secret = std::move(secret);
@@ -992,7 +992,7 @@ void Runner::start_next() {
     if (!start_vm_job(job, pending, *ws)) return refuse("workspace_setup_failed", "the VM job could not be started");
     return update_status();
   }
-  const auto env = filter_env(p.env, config_.env_allow);
+  const auto env = config::filter_env(p.env, config_.env_allow);
   // The sandbox: the workspace at /workspace, everything else of the host's toolchain read-only,
   // motor-init as PID 1 running the command. Planned by the job starter (job_starter.hpp) just
   // before its clone3; the child only makes the system calls.
@@ -1030,7 +1030,7 @@ void Runner::start_next() {
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv);
-  launch.env = job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
+  launch.env = config::job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
   launch.cwd = rel.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + rel;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
@@ -1388,7 +1388,7 @@ void Runner::begin_shutdown(int signum) {
   if (shutting_down_) return;
   shutting_down_ = true;
   log_info("signal {}: shutting down ({} jobs running, policy: {})", signum, running_jobs(),
-           config_.shutdown == ShutdownPolicy::kKill ? "kill" : "finish");
+           config_.shutdown == config::ShutdownPolicy::kKill ? "kill" : "finish");
   notifier_.stopping();
   listener_.close();
   // Queued jobs never start now: they end as cancelled before start.
@@ -1411,7 +1411,7 @@ void Runner::begin_shutdown(int signum) {
   };
   uv_timer_init(loop_, shutdown_timer_.get());
   shutdown_timer_.initialized(this);
-  if (config_.shutdown == ShutdownPolicy::kKill) {
+  if (config_.shutdown == config::ShutdownPolicy::kKill) {
     kill_all(*this);
   } else {
     uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {
@@ -1460,7 +1460,7 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   launch.platform = p.platform;
   const std::vector<std::string> argv = p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
   std::vector<std::string> env;
-  for (const auto& [name, value] : filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : config::filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
   // The dependency preparation gets the outbound jobs' network when the runner has it (the VM
   // itself never has any); the claim is released with the job's (job_finished).
   std::optional<sandbox::JobNetworkPlan> prep_network;

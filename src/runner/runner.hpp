@@ -19,13 +19,13 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/cgroup_retirement.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/job_starter.hpp"
 #include "runner/notify.hpp"
-#include "runner/outbound.hpp"
+#include "netpolicy/outbound.hpp"
 #include "runner/session_id.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
@@ -48,13 +48,13 @@ inline constexpr int64_t kStateSaveHeadroomBytes = 1 << 20;
 
 class Runner {
  public:
-  Runner(uv_loop_t* loop, Config config);
+  Runner(uv_loop_t* loop, config::Config config);
   ~Runner();
 
   // Checks the accounts and cgroups, recovers what an earlier runner left, and listens.
   Status start();
 
-  const Config& config() const { return config_; }
+  const config::Config& config() const { return config_; }
   uv_loop_t* loop() const { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
   JobStarter& job_starter() { return job_starter_; }
@@ -139,7 +139,7 @@ class Runner {
   UniqueFd state_dir_lock_, cgroup_parent_lock_;  // runner_lock.hpp
 
   uv_loop_t* loop_;
-  Config config_;
+  config::Config config_;
   sandbox::Account job_account_;
   std::string job_group_name_;
   std::string init_path_;  // motor-init on the host
@@ -193,7 +193,7 @@ class Runner {
   std::deque<std::string> fan_out_jobs_;  // by id: a job may be gone by its turn
   bool draining_ = false;
   bool shutting_down_ = false;
-  std::unique_ptr<Outbound> outbound_;  // only when outbound_network is enabled
+  std::unique_ptr<netpolicy::Outbound> outbound_;  // only when outbound_network is enabled
   uint64_t started_hr_ns_ = 0;
 };
 

@@ -12,7 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "motor/printable.hpp"
+#include "base/atomic_file.hpp"
+#include "base/log.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
@@ -268,11 +269,10 @@ Status Workspaces::start() {
   // (moved aside at once, emptied in the sandbox), so no job ever sees a half-written tree; the
   // next prepare checks it out in full.
   for (const auto& [caller, key] : interrupted) {
-    std::fprintf(stderr, "motor-runner: workspace %s/%s: a checkout was interrupted by the runner's stop; dropping it\n",
-                 caller.c_str(), key.c_str());
+    log_warning("workspace {}/{}: a checkout was interrupted by the runner's stop; dropping it", caller, key);
     records_.erase(id_key(caller, key));
     if (auto st = drop(caller, key, [](bool) {}); !st) {
-      std::fprintf(stderr, "motor-runner: workspace %s/%s: %s\n", caller.c_str(), key.c_str(), st.error().message.c_str());
+      log_error("workspace {}/{}: {}", caller, key, st.error().message);
       continue;
     }
     unlink(checkout_mark_path(caller, key).c_str());
@@ -310,9 +310,8 @@ Status Workspaces::start() {
 Status Workspaces::save_record(const std::string& caller, const std::string& key, const Record& r) {
   reactor::SlowCall timed("writing a workspace record");
   if (auto st = ensure_owned_dir(s_.state_dir + "/workspace-git/" + caller, 0700, 0, 0); !st) return st;
-  const std::string path = record_path(caller, key), tmp = path + ".tmp";
+  std::ostringstream out;
   {
-    std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
     if (!r.tree.screened_base.empty()) out << "screened_base=" << r.tree.screened_base << "\n";
@@ -321,12 +320,10 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
         << "\ngit_ref=" << r.git.ref.value_or("") << "\ngit_index_tree=" << r.git.index_tree.value_or("")
         << "\ngit_stash_count=" << r.git.stash_count << "\n";
-    if (!out) return make_error("io", "writing " + tmp);
   }
-  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare and one
-  // git_state_changed reported against "absent", no more. The rename keeps it whole.
-  if (rename(tmp.c_str(), path.c_str()) < 0) return sys_error("renaming " + tmp);
-  return {};
+  // Whole and durable (base/atomic_file.hpp): a record lost in a crash would cost one full
+  // bundle on the next prepare and a git_state_changed reported against "absent".
+  return write_file_atomically(record_path(caller, key), out.str(), 0600);
 }
 
 std::vector<std::string> Workspaces::git_env() const {
@@ -873,7 +870,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     if (!report || rec == records_.end()) {
       if (rec != records_.end()) rec->second.dirty = true;
       base.fields.reset();
-      std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), escape_control_chars(r.describe()).c_str());
+      log_warning("workspace {}: the changed-paths scan failed: {}", k, r.describe());
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
@@ -882,7 +879,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     if (git_moved) {
       const auto slash = k.rfind('/');  // keys hold no '/'
       if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
-        std::fprintf(stderr, "motor-runner: workspace %s: saving its .git state: %s\n", k.c_str(), st.error().message.c_str());
+        log_error("workspace {}: saving its .git state: {}", k, st.error().message);
       }
     }
     rec->second.dirty = !report->changes.empty() || report->git.present;
@@ -972,7 +969,7 @@ void Workspaces::maintain_mirror(const std::string& mirror) {
   spec.max_stdout_bytes = 64 * 1024;
   run_child(loop_, std::move(spec), [this, alive = alive_, mirror](ChildResult r) {
     if (!*alive) return;
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), escape_control_chars(r.describe()).c_str());
+    if (!r.ok()) log_warning("collecting the mirror {} failed: {}", mirror, r.describe());
     MirrorUse& use = mirrors_[mirror];
     use.collecting = false;
     // Prepares that waited for it go on now; all count as users before any starts.
@@ -992,7 +989,7 @@ void Workspaces::remove_mirror_files(const std::string& path) {
   spec.gid = s_.mirror_gid;
   spec.timeout_ms = kMirrorTimeoutMs;
   run_child(loop_, std::move(spec), [path](ChildResult r) {
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), escape_control_chars(r.describe()).c_str());
+    if (!r.ok()) log_warning("removing {} failed: {}", path, r.describe());
   });
 }
 
