@@ -206,7 +206,7 @@ Status start_runner(GateRun& g, const std::string& exe) {
   // runner applies them, the gate only says so. motor-runner has none.
   std::vector<std::string> args = {"motor-runner", "serve", "--config", g.config_path, "--state-dir", g.state_dir,
                                    "--socket", g.socket};
-  for (const auto& control : test_switches().weakened) args.push_back("--test-weaken=" + control);
+  for (const auto& control : weakened_control_names()) args.push_back("--test-weaken=" + control);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -599,7 +599,7 @@ int run_gate(const config::Config& config, const GateOptions& options) {
   }
 
   Summary sum;
-  sum.weakened = test_switches().weakened;
+  sum.weakened = weakened_control_names();
   sum.attacks_run = records.size();
   sum.attacks_known = options.attacks.empty() ? records.size() : attack_ids().size();
   for (const auto& c : checks) sum.checks_failed += c.status == CheckStatus::kFail;
