@@ -168,7 +168,6 @@ Workspaces::Workspaces(uv_loop_t* loop, WorkspaceSettings settings, JobsRunning 
 Workspaces::~Workspaces() {
   *alive_ = false;
   for (auto& [id, t] : transfers_) unlink(t->path.c_str());
-  if (expiry_) uv_close(reinterpret_cast<uv_handle_t*>(expiry_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
 }
 
 std::string Workspaces::mirror_path(const std::string& caller, const std::string& repository_root) const {
@@ -299,11 +298,14 @@ Status Workspaces::start() {
       else maintain_mirror(path);
     }
   }
-  expiry_ = new uv_timer_t;
-  uv_timer_init(loop_, expiry_);
-  expiry_->data = this;
-  uv_timer_start(expiry_, [](uv_timer_t* h) { static_cast<Workspaces*>(h->data)->expire_transfers(); }, 10000, 10000);
-  uv_unref(reinterpret_cast<uv_handle_t*>(expiry_));
+  if (int rc = uv_timer_init(loop_, expiry_.get()); rc < 0) return make_error("internal", std::string("uv_timer_init: ") + uv_strerror(rc));
+  expiry_.initialized(this);
+  auto expire = [](uv_timer_t* h) {
+    if (auto* self = reactor::owner_of<Workspaces>(h)) self->expire_transfers();
+  };
+  if (int rc = uv_timer_start(expiry_.get(), expire, 10000, 10000); rc < 0)
+    return make_error("internal", std::string("uv_timer_start: ") + uv_strerror(rc));
+  uv_unref(expiry_.handle());
   return {};
 }
 
