@@ -1,5 +1,5 @@
 #include "config/config.hpp"
-#include "netpolicy/netpolicy.hpp"
+#include "base/ipv4.hpp"
 
 #include "protocol/size.hpp"
 
