@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,7 +17,7 @@
 namespace motor {
 
 // Every control a test may weaken, by the name `--test-weaken=NAME` takes. One entry per control;
-// the code that applies the control checks control_weakened(NAME) at the point it applies it.
+// the code that applies the control checks control_weakened("NAME") at the point it applies it.
 // docs/server-gate.md ("Weakened controls") says what each weakening does and which gate attack
 // it turns GOT THROUGH.
 inline constexpr std::array<std::string_view, 40> kWeakenableControls = {
@@ -62,8 +64,37 @@ inline constexpr std::array<std::string_view, 40> kWeakenableControls = {
     "outbound-dns-filter",  // resolver.cpp: answers keep the addresses the policy drops
 };
 
+// One of kWeakenableControls. A name written in the code is checked when it is compiled
+// (Control{"seccomp-mount"}, or control_weakened("seccomp-mount")): a misspelt control is a
+// compile error, not a weakening that silently never happens. A name from the command line goes
+// through parse_control, once, and an unknown one is refused there.
+class Control {
+ public:
+  consteval Control(const char* name) : index_(index_of(name)) {}  // NOLINT: literals convert
+  static constexpr std::optional<Control> parse(std::string_view name) {
+    for (std::size_t i = 0; i < kWeakenableControls.size(); ++i) {
+      if (kWeakenableControls[i] == name) return Control(i);
+    }
+    return std::nullopt;
+  }
+  constexpr std::string_view name() const { return kWeakenableControls[index_]; }
+  constexpr bool operator==(const Control&) const = default;
+
+ private:
+  constexpr explicit Control(std::size_t index) : index_(index) {}
+  static consteval std::size_t index_of(std::string_view name) {
+    for (std::size_t i = 0; i < kWeakenableControls.size(); ++i) {
+      if (kWeakenableControls[i] == name) return i;
+    }
+    throw "not a control in kWeakenableControls";  // in a consteval call: a compile error
+  }
+  std::size_t index_;
+};
+
+inline bool is_weakenable_control(std::string_view control) { return Control::parse(control).has_value(); }
+
 struct TestSwitches {
-  std::vector<std::string> weakened;              // --test-weaken=NAME (repeatable)
+  std::vector<Control> weakened;                  // --test-weaken=NAME (repeatable)
   std::vector<std::string> allowed_destinations;  // --test-allow-destination=CIDR (repeatable)
   // --test-slow-state-save=MS: the state writer waits this long before each save, as a slow
   // disk would, so a test can act inside the window before `accepted` goes out.
@@ -75,13 +106,16 @@ inline TestSwitches& test_switches() {
   return switches;
 }
 
-inline bool control_weakened(std::string_view control) {
+inline bool control_weakened(Control control) {
   const auto& w = test_switches().weakened;
   return std::find(w.begin(), w.end(), control) != w.end();
 }
 
-inline bool is_weakenable_control(std::string_view control) {
-  return std::find(kWeakenableControls.begin(), kWeakenableControls.end(), control) != kWeakenableControls.end();
+// The weakened controls' names, in the order they were given.
+inline std::vector<std::string> weakened_control_names() {
+  std::vector<std::string> out;
+  for (const Control c : test_switches().weakened) out.emplace_back(c.name());
+  return out;
 }
 
 }  // namespace motor

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "motor/sys_error.hpp"
-#include "sandbox/egress.hpp"
+#include "netpolicy/egress.hpp"
 
 namespace motor::gate {
 namespace {
@@ -42,7 +42,7 @@ UniqueFd open_netns(const std::string& name) {
 
 Status ArrivalListeners::listen_on(int netns_fd, const std::vector<std::string>& addresses, bool skip_foreign) {
   for (const auto& a : addresses) {
-    auto sock = sandbox::socket_in_netns(netns_fd, SOCK_DGRAM | SOCK_NONBLOCK);
+    auto sock = netpolicy::socket_in_netns(netns_fd, SOCK_DGRAM | SOCK_NONBLOCK);
     if (!sock) return sock.error();
     sockaddr_in at{};
     at.sin_family = AF_INET;
@@ -78,12 +78,12 @@ Expected<std::unique_ptr<ArrivalListeners>> ArrivalListeners::behind_uplink(cons
   l->tag_ = tag;
   l->remove_route_namespace();  // whatever a killed gate left
   const std::string ns = canary_netns(tag), veth = canary_veth(tag), table = table_of(tag);
-  if (auto s = sandbox::run_tool({"ip", "netns", "add", ns}); !s) return s.error();
-  if (auto s = sandbox::run_tool(ip_in(uplink_netns, {"link", "add", "name", veth, "type", "veth", "peer", "name", "eth0", "netns", ns}));
+  if (auto s = netpolicy::run_tool({"ip", "netns", "add", ns}); !s) return s.error();
+  if (auto s = netpolicy::run_tool(ip_in(uplink_netns, {"link", "add", "name", veth, "type", "veth", "peer", "name", "eth0", "netns", ns}));
       !s)
     return s.error();
   // In the uplink: only packets from the runner's egress veth, and only to these addresses.
-  std::string up = fmt::format("link set {} up\nrule add iif {} lookup {} priority {}\n", veth, sandbox::uplink_veth(tag), table,
+  std::string up = fmt::format("link set {} up\nrule add iif {} lookup {} priority {}\n", veth, netpolicy::uplink_veth(tag), table,
                                kRulePriority);
   // The gate's namespace: the addresses on its end; answers (ARP) go back the way they came.
   std::string inside = "link set lo up\nlink set eth0 up\n";
@@ -92,8 +92,8 @@ Expected<std::unique_ptr<ArrivalListeners>> ArrivalListeners::behind_uplink(cons
     inside += fmt::format("addr add {}/32 dev eth0\n", a);
   }
   inside += "route add default dev eth0\n";
-  if (auto s = sandbox::run_tool(ip_in(uplink_netns, {"-batch", "-"}), -1, up); !s) return s.error();
-  if (auto s = sandbox::run_tool(ip_in(ns, {"-batch", "-"}), -1, inside); !s) return s.error();
+  if (auto s = netpolicy::run_tool(ip_in(uplink_netns, {"-batch", "-"}), -1, up); !s) return s.error();
+  if (auto s = netpolicy::run_tool(ip_in(ns, {"-batch", "-"}), -1, inside); !s) return s.error();
   UniqueFd fd = open_netns(ns);
   if (!fd) return sys_error("opening /run/netns/" + ns);
   if (auto s = l->listen_on(fd.get(), addresses, false); !s) return s.error();
@@ -103,10 +103,10 @@ Expected<std::unique_ptr<ArrivalListeners>> ArrivalListeners::behind_uplink(cons
 void ArrivalListeners::remove_route_namespace() {
   if (tag_.empty()) return;
   const std::string table = table_of(tag_);
-  (void)sandbox::run_tool(ip_in(uplink_netns_, {"rule", "del", "iif", sandbox::uplink_veth(tag_), "lookup", table, "priority", kRulePriority}));
-  (void)sandbox::run_tool(ip_in(uplink_netns_, {"route", "flush", "table", table}));
-  (void)sandbox::run_tool({"ip", "netns", "del", canary_netns(tag_)});  // its veth goes with it
-  (void)sandbox::run_tool(ip_in(uplink_netns_, {"link", "del", canary_veth(tag_)}));
+  (void)netpolicy::run_tool(ip_in(uplink_netns_, {"rule", "del", "iif", netpolicy::uplink_veth(tag_), "lookup", table, "priority", kRulePriority}));
+  (void)netpolicy::run_tool(ip_in(uplink_netns_, {"route", "flush", "table", table}));
+  (void)netpolicy::run_tool({"ip", "netns", "del", canary_netns(tag_)});  // its veth goes with it
+  (void)netpolicy::run_tool(ip_in(uplink_netns_, {"link", "del", canary_veth(tag_)}));
 }
 
 ArrivalListeners::~ArrivalListeners() {

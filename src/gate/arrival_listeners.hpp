@@ -23,7 +23,7 @@ class ArrivalListeners {
   static Expected<std::unique_ptr<ArrivalListeners>> on_uplink(const std::string& uplink_netns,
                                                                const std::vector<std::string>& addresses);
   // A namespace of the gate's own ("motor-gc-<tag>", where `tag` is the gate runner's egress tag)
-  // holding `addresses`, reached only from the egress veth of that runner (sandbox::uplink_veth).
+  // holding `addresses`, reached only from the egress veth of that runner (netpolicy::uplink_veth).
   static Expected<std::unique_ptr<ArrivalListeners>> behind_uplink(const std::string& uplink_netns, const std::string& tag,
                                                                    const std::vector<std::string>& addresses);
   ~ArrivalListeners();  // the rule, the routes, the veth and the namespace go

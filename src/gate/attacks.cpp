@@ -26,12 +26,12 @@
 #include "motor/unique_fd.hpp"
 #include "protocol/json_writer.hpp"
 #include "gate/arrival_listeners.hpp"
-#include "runner/dns_filter.hpp"
-#include "runner/outbound.hpp"
-#include "runner/resolver.hpp"
+#include "netpolicy/dns_filter.hpp"
+#include "netpolicy/outbound.hpp"
+#include "netpolicy/resolver.hpp"
 #include "sandbox/devices.hpp"
-#include "sandbox/egress.hpp"
-#include "sandbox/netpolicy.hpp"
+#include "netpolicy/egress.hpp"
+#include "netpolicy/netpolicy.hpp"
 #include "workspace/workspace_names.hpp"
 
 namespace motor::gate {
@@ -1255,10 +1255,10 @@ std::optional<Verdict> need_outbound(const AttackEnv& env) {
 
 // Packets a named drop counter of the gate runner's egress ruleset counted; -1 if unreadable.
 int64_t egress_drops(const AttackEnv& env, const std::string& counter) {
-  const std::string path = "/run/netns/motor-eg-" + runner::egress_tag(env.state_dir);
+  const std::string path = "/run/netns/motor-eg-" + netpolicy::egress_tag(env.state_dir);
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   std::string out;
-  if (!fd || !sandbox::run_tool({"nft", "list", "counter", "inet", "motor_egress", counter}, fd.get(), "", &out)) return -1;
+  if (!fd || !netpolicy::run_tool({"nft", "list", "counter", "inet", "motor_egress", counter}, fd.get(), "", &out)) return -1;
   const size_t at = out.find("packets ");
   return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + 8);
 }
@@ -1269,9 +1269,9 @@ std::vector<std::string> uplink_host_targets(const AttackEnv& env) {
   if (!env.config->outbound_uplink_netns.empty())
     fd.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
   std::vector<std::string> out;
-  if (auto addrs = sandbox::namespace_addresses(fd.get())) {
-    for (sandbox::Ipv4 a : *addrs) {
-      if ((a >> 24) != 127) out.push_back(sandbox::format_ipv4(a));
+  if (auto addrs = netpolicy::namespace_addresses(fd.get())) {
+    for (Ipv4 a : *addrs) {
+      if ((a >> 24) != 127) out.push_back(format_ipv4(a));
     }
   }
   std::sort(out.begin(), out.end());
@@ -1327,7 +1327,7 @@ Attack outbound_connect_attack(std::string id, std::string control, std::string 
     const std::string& uplink = env.config->outbound_uplink_netns;
     auto listeners = where == Listen::kOnUplink
                          ? ArrivalListeners::on_uplink(uplink, hosts)
-                         : ArrivalListeners::behind_uplink(uplink, runner::egress_tag(env.state_dir), hosts);
+                         : ArrivalListeners::behind_uplink(uplink, netpolicy::egress_tag(env.state_dir), hosts);
     if (!listeners) return inconclusive("the gate could not make its listeners: " + listeners.error().message);
     std::string list, sends;
     std::vector<Expect> expects;
@@ -1394,16 +1394,16 @@ T('udp connect [2001:db8::1]:80', lambda: c6('2001:db8::1'))
 // Asks the upstream resolver (from the uplink namespace, as the runner does) for `name`; its
 // A addresses, or none.
 std::vector<uint32_t> upstream_addresses(const AttackEnv& env, const std::string& name) {
-  std::vector<sandbox::Ipv4> servers;
-  for (const auto& r : env.config->outbound_resolvers) servers.push_back(*sandbox::parse_ipv4(r));
-  if (servers.empty()) servers = runner::resolv_conf_nameservers(read_host("/etc/resolv.conf"));
+  std::vector<Ipv4> servers;
+  for (const auto& r : env.config->outbound_resolvers) servers.push_back(*parse_ipv4(r));
+  if (servers.empty()) servers = netpolicy::resolv_conf_nameservers(read_host("/etc/resolv.conf"));
   if (servers.empty()) return {};
   UniqueFd uplink;
   if (!env.config->outbound_uplink_netns.empty())
     uplink.reset(open(("/run/netns/" + env.config->outbound_uplink_netns).c_str(), O_RDONLY | O_CLOEXEC));
-  auto sock = sandbox::socket_in_netns(uplink ? uplink.get() : -1, SOCK_DGRAM);
-  auto q = runner::make_dns_query(0x5a5a, name);
-  auto parsed = q ? runner::parse_dns_query(*q) : Expected<runner::DnsQuery>(make_error("dns", "bad name"));
+  auto sock = netpolicy::socket_in_netns(uplink ? uplink.get() : -1, SOCK_DGRAM);
+  auto q = netpolicy::make_dns_query(0x5a5a, name);
+  auto parsed = q ? netpolicy::parse_dns_query(*q) : Expected<netpolicy::DnsQuery>(make_error("dns", "bad name"));
   if (!sock || !parsed) return {};
   const UniqueFd& s = *sock;
   sockaddr_in to{};
@@ -1416,9 +1416,9 @@ std::vector<uint32_t> upstream_addresses(const AttackEnv& env, const std::string
   std::string buf(65535, '\0');
   const ssize_t n = recv(s.get(), buf.data(), buf.size(), 0);
   if (n <= 0) return {};
-  auto out = runner::filter_dns_response(std::string_view(buf.data(), static_cast<size_t>(n)), *parsed, 0x5a5a,
+  auto out = netpolicy::filter_dns_response(std::string_view(buf.data(), static_cast<size_t>(n)), *parsed, 0x5a5a,
                                          [](uint32_t) { return false; }, 65535);
-  return out ? runner::dns_answer_addresses(*out) : std::vector<uint32_t>{};
+  return out ? netpolicy::dns_answer_addresses(*out) : std::vector<uint32_t>{};
 }
 
 Attack outbound_dns_private() {
@@ -1429,7 +1429,7 @@ Attack outbound_dns_private() {
   a.needs = "outbound_network = true, and a name the upstream answers privately";
   a.skip = need_outbound;
   a.run = [](AttackEnv& env) {
-    const sandbox::EgressPolicy policy;
+    const netpolicy::EgressPolicy policy;
     std::vector<std::string> names;
     for (std::string n : {std::string("localhost"), std::string("metadata.google.internal"), std::string("instance-data"),
                           std::string("metadata"), env.host_hostname}) {
@@ -1459,7 +1459,7 @@ Attack outbound_dns_private() {
       for (size_t at = 0; (at = value.find('\'', at)) != std::string::npos;) {
         const size_t end = value.find('\'', at + 1);
         if (end == std::string::npos) break;
-        if (auto addr = sandbox::parse_ipv4(value.substr(at + 1, end - at - 1)); addr && policy.drops(*addr)) return v;
+        if (auto addr = parse_ipv4(value.substr(at + 1, end - at - 1)); addr && policy.drops(*addr)) return v;
         at = end + 1;
       }
     }

@@ -25,7 +25,7 @@
 #include "gate/gate_client.hpp"
 #include "gate/host_checks.hpp"
 #include "motor/expected.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 
 namespace motor::gate {
 
@@ -44,7 +44,7 @@ using RunJob = std::function<JobResult(const JobRequest&, int timeout_ms,
 
 // What the gate prepared for the attacks and how they reach the runner and the host.
 struct AttackEnv {
-  const runner::Config* config = nullptr;
+  const config::Config* config = nullptr;
   HostFacts facts;
   std::string self_exe;
   std::string socket_path, state_dir, gate_dir;

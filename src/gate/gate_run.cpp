@@ -101,7 +101,7 @@ Expected<std::string> derived_config(const GateOptions& options, const std::stri
     ss << in.rdbuf();
     text = ss.str();
   } else {
-    text = std::string(runner::default_config_text());
+    text = std::string(config::default_config_text());
   }
   std::istringstream in(text);
   std::string out, line;
@@ -117,7 +117,7 @@ Expected<std::string> derived_config(const GateOptions& options, const std::stri
   out += fmt::format("# motor-runner gate: its own cgroup parent, no metrics, kill on SIGTERM\n"
                      "cgroup_parent = {}\nmetrics_file = \"\"\nshutdown = kill\n",
                      cgroup_parent);
-  if (auto parsed = runner::parse_config(out, "gate config"); !parsed) return parsed.error();
+  if (auto parsed = config::parse_config(out, "gate config"); !parsed) return parsed.error();
   return out;
 }
 
@@ -207,7 +207,7 @@ Status start_runner(GateRun& g, const std::string& exe) {
   // runner applies them, the gate only says so. motor-runner has none.
   std::vector<std::string> args = {"motor-runner", "serve", "--config", g.config_path, "--state-dir", g.state_dir,
                                    "--socket", g.socket};
-  for (const auto& control : test_switches().weakened) args.push_back("--test-weaken=" + control);
+  for (const auto& control : weakened_control_names()) args.push_back("--test-weaken=" + control);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -400,7 +400,7 @@ std::vector<std::string> attack_ids() {
   return ids;
 }
 
-int run_gate(const runner::Config& config, const GateOptions& options) {
+int run_gate(const config::Config& config, const GateOptions& options) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -479,7 +479,7 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
 
     // The attacks' environment.
     AttackEnv env;
-    runner::Config effective = config;
+    config::Config effective = config;
     effective.state_dir = g.state_dir;
     if (fatal.empty()) {
       env.config = &config;
@@ -607,7 +607,7 @@ int run_gate(const runner::Config& config, const GateOptions& options) {
   }
 
   Summary sum;
-  sum.weakened = test_switches().weakened;
+  sum.weakened = weakened_control_names();
   sum.attacks_run = records.size();
   sum.attacks_known = options.attacks.empty() ? records.size() : attack_ids().size();
   for (const auto& c : checks) sum.checks_failed += c.status == CheckStatus::kFail;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runner/config.hpp"
+#include "config/config.hpp"
 
 namespace motor::gate {
 
@@ -28,6 +28,6 @@ std::vector<std::string> attack_ids();
 // Returns the process exit code: 0 when every check passed, nothing got through, nothing was
 // inconclusive and nothing was skipped without a host-level reason; 1 otherwise; 2 when the gate
 // could not run its attacks at all (the runner did not start).
-int run_gate(const runner::Config& config, const GateOptions& options);
+int run_gate(const config::Config& config, const GateOptions& options);
 
 }  // namespace motor::gate

@@ -101,7 +101,7 @@ HostCheck check_seccomp(HostFacts& facts) {
 
 // --- cgroups ----------------------------------------------------------------------------------
 
-HostCheck check_cgroups(const runner::Config& config, HostFacts& facts) {
+HostCheck check_cgroups(const config::Config& config, HostFacts& facts) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   std::map<std::string, std::string> v1;  // controller -> mount point
@@ -127,8 +127,8 @@ HostCheck check_cgroups(const runner::Config& config, HostFacts& facts) {
       for (std::string c; cs >> c;) v2_controllers.insert(c);
     }
   }
-  const bool want_v1 = config.cgroup_mode != runner::CgroupMode::kV2;
-  const bool want_v2 = config.cgroup_mode != runner::CgroupMode::kV1;
+  const bool want_v1 = config.cgroup_mode != config::CgroupMode::kV2;
+  const bool want_v2 = config.cgroup_mode != config::CgroupMode::kV1;
   std::vector<std::string> found, missing;
   bool any_v1 = false, any_v2 = false;
   for (const char* c : {"memory", "pids", "cpuset"}) {
@@ -178,7 +178,7 @@ struct AccountIds {
   gid_t gid;
 };
 
-std::vector<HostCheck> check_accounts(const runner::Config& config, std::vector<AccountIds>& ids) {
+std::vector<HostCheck> check_accounts(const config::Config& config, std::vector<AccountIds>& ids) {
   std::vector<HostCheck> out;
   for (const auto& name : service_accounts(config)) {
     const std::string label = "account " + name;
@@ -274,7 +274,7 @@ int scan_entry(const char* path, const struct stat* st, int type, FTW* ftw) {
   return FTW_CONTINUE;
 }
 
-HostCheck check_ownership(const runner::Config& config, const std::vector<AccountIds>& ids) {
+HostCheck check_ownership(const config::Config& config, const std::vector<AccountIds>& ids) {
   std::vector<std::string> roots = {"/etc", "/usr", "/run/motor"};
   struct stat st {};
   if (stat(config.state_dir.c_str(), &st) == 0) roots.push_back(config.state_dir);
@@ -337,7 +337,7 @@ HostCheck check_core_scheduling(HostFacts& facts) {
 }
 
 // Windows jobs (issue 8): whether they are on, and whether they may run without KVM.
-HostCheck check_vm_jobs(const runner::Config& config) {
+HostCheck check_vm_jobs(const config::Config& config) {
   if (config.vm_image.empty()) return note("VM jobs", "off (vm_image is not set): platform \"windows\" jobs are refused");
   const std::string accelerator = std::string("vm_accelerator = ") + vm::accelerator_name(config.vm_accelerator);
   if (config.vm_accelerator == vm::Accelerator::kTcg) {
@@ -351,7 +351,7 @@ HostCheck check_vm_jobs(const runner::Config& config) {
                            (config.allow_emulation ? "true" : "false") + ")");
 }
 
-HostCheck check_disk_floor(const runner::Config& config) {
+HostCheck check_disk_floor(const config::Config& config) {
   if (config.disk_free_floor_bytes <= 0) {
     return fail("free-space floor", "disk_free_floor = 0: jobs are admitted even when the disk is full",
                 "set disk_free_floor (for example 1G) in the runner config");
@@ -384,7 +384,7 @@ const char* check_status_name(CheckStatus s) {
   return "?";
 }
 
-std::vector<std::string> service_accounts(const runner::Config& config) {
+std::vector<std::string> service_accounts(const config::Config& config) {
   std::vector<std::string> out = {config.job_user};
   for (const char* a : {"motor-job", "motor-qemu", "motor-prep", "motor-cache"}) {
     if (std::find(out.begin(), out.end(), a) == out.end()) out.emplace_back(a);
@@ -423,7 +423,7 @@ HostCheck check_socket(const std::string& label, const std::string& path, const 
 // files (each of a job's up to pids_max tasks may hold the fd limit) and process ids (each job up
 // to pids_max, max_running_jobs at once). Reported as notes with the figures: the operator decides
 // (lower pids_max or the runner's RLIMIT_NOFILE, raise the sysctl); the gate does not guess.
-static std::vector<HostCheck> check_host_tables(const runner::Config& config) {
+static std::vector<HostCheck> check_host_tables(const config::Config& config) {
   std::vector<HostCheck> out;
   auto number = [](const char* path) -> int64_t {
     bool ok = false;
@@ -458,7 +458,7 @@ static std::vector<HostCheck> check_host_tables(const runner::Config& config) {
   return out;
 }
 
-std::vector<HostCheck> run_host_checks(const runner::Config& config, HostFacts& facts) {
+std::vector<HostCheck> run_host_checks(const config::Config& config, HostFacts& facts) {
   std::vector<HostCheck> out;
   utsname u{};
   if (uname(&u) == 0) facts.machine = u.machine;

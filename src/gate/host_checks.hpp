@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runner/config.hpp"
+#include "config/config.hpp"
 
 namespace motor::gate {
 
@@ -34,10 +34,10 @@ struct HostFacts {
 };
 
 // The service accounts every Motor host has (DESIGN.md "The parts").
-std::vector<std::string> service_accounts(const runner::Config& config);
+std::vector<std::string> service_accounts(const config::Config& config);
 
 // Every check that needs no running runner. `paths_to_scan` bounds the ownership scan.
-std::vector<HostCheck> run_host_checks(const runner::Config& config, HostFacts& facts);
+std::vector<HostCheck> run_host_checks(const config::Config& config, HostFacts& facts);
 
 // The state directory and socket a runner made from this config (the gate's own runner, and the
 // configured ones where they exist).

@@ -1,6 +1,6 @@
 #include "runner/admission_control.hpp"
 
-#include "runner/log.hpp"
+#include "base/log.hpp"
 
 namespace motor::runner {
 namespace {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <utility>
 
-#include "runner/log.hpp"
+#include "base/log.hpp"
 
 namespace motor::runner {
 namespace {

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "runner/job_linux.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 
 namespace motor::runner {
 namespace {
@@ -103,8 +103,8 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
                            launch.memory_bytes, launch.pids_max, launch.cpus, &account,
                            [&host = host_](std::vector<std::string> dirs, std::string what) {
                              host.retire_cgroup(std::move(dirs), std::move(what));
-                           }};
-  linux_launch.caller = caller_;
+                           },
+                           caller_};
   ExecutionSink& sink = *this;
   auto created = std::make_unique<LinuxExecution>(host_.loop(), std::move(linux_launch), sink);
   LinuxExecution& execution = *created;

@@ -20,7 +20,7 @@
 #include "runner/job_starter.hpp"
 #include "runner/job_state.hpp"
 #include "runner/session_id.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"

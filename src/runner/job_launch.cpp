@@ -4,9 +4,9 @@
 
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/env_filter.hpp"
+#include "config/env_filter.hpp"
 #include "runner/job_sandbox_policy.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "workspace/workspace_dir.hpp"
 
@@ -92,11 +92,11 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     }
     box.network = std::move(*network);
   }
-  const auto env = filter_env(p.env, config_.env_allow);
+  const auto env = config::filter_env(p.env, config_.env_allow);
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(job_command(p));
-  launch.env = host ? hermetic_env(p.env) : job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
+  launch.env = host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
   launch.cwd = pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
@@ -129,7 +129,7 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   launch.network = p.network;
   launch.platform = p.platform;
   std::vector<std::string> env;
-  for (const auto& [name, value] : filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : config::filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
   // The dependency preparation gets the outbound jobs' network when the runner has it (the VM
   // itself never has any); the claim is released with the job's (job_finished).
   std::optional<sandbox::JobNetworkPlan> prep_network;

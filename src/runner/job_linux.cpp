@@ -12,7 +12,7 @@
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "sandbox/cgroup_usage.hpp"
 
 namespace motor::runner {

@@ -26,7 +26,6 @@ namespace motor::runner {
 
 struct LinuxLaunch {
   std::string job_id, cgroup_name, summary;
-  std::string caller;  // for the operator's log line
   std::string executable;
   std::vector<std::string> argv, env;
   std::string cwd;
@@ -36,6 +35,7 @@ struct LinuxLaunch {
   const sandbox::Account* account = nullptr;  // the job account
   // A cgroup still busy at the end: removed in the background (Runner::retire_cgroup).
   std::function<void(std::vector<std::string> dirs, std::string what)> retire_cgroup;
+  std::string caller;  // for the operator's log line
 };
 
 class LinuxExecution : public Execution {

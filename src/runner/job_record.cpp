@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "protocol/messages.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/session.hpp"
 
 namespace motor::runner {

@@ -12,7 +12,7 @@ std::vector<std::string> job_command(const protocol::RunParams& p) {
   return p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
 }
 
-std::optional<Refusal> job_sandbox_policy(const Config& config, const JobIdentity& who, const std::string& caller,
+std::optional<Refusal> job_sandbox_policy(const config::Config& config, const JobIdentity& who, const std::string& caller,
                                           const std::string& workspace_dir, const protocol::RunParams& p,
                                           sandbox::SandboxConfig& box) {
   box.workspace = {workspace_dir, kWorkspaceInJob};

@@ -10,7 +10,7 @@
 
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/sandbox_plan.hpp"
 
@@ -34,7 +34,7 @@ struct Refusal {
 
 // The policy without the network (the runner claims that, it is released with the job), into
 // `box`; or why the job cannot have one.
-std::optional<Refusal> job_sandbox_policy(const Config& config, const JobIdentity& who, const std::string& caller,
+std::optional<Refusal> job_sandbox_policy(const config::Config& config, const JobIdentity& who, const std::string& caller,
                                           const std::string& workspace_dir, const protocol::RunParams& params,
                                           sandbox::SandboxConfig& box);
 

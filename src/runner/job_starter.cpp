@@ -20,8 +20,8 @@
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
-#include "runner/helper_process.hpp"
-#include "runner/log.hpp"
+#include "base/helper_process.hpp"
+#include "base/log.hpp"
 #include "sandbox/netns_pool.hpp"
 
 namespace motor::runner {
@@ -132,8 +132,8 @@ bool get_network(Reader& r, std::optional<sandbox::JobNetworkPlan>& net) {
   if (r.num() == 0) return r.ok();
   sandbox::JobNetworkPlan plan;
   if (!get_ifname(r, plan.job_ifname) || !get_ifname(r, plan.egress_ifname)) return false;
-  plan.job_address = static_cast<sandbox::Ipv4>(r.num());
-  plan.gateway = static_cast<sandbox::Ipv4>(r.num());
+  plan.job_address = static_cast<Ipv4>(r.num());
+  plan.gateway = static_cast<Ipv4>(r.num());
   plan.prefix = static_cast<int>(r.num());
   net = std::move(plan);
   return r.ok();

@@ -4,7 +4,7 @@
 #include <sys/wait.h>
 
 #include "runner/job.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 
 namespace motor::runner {
 namespace {

@@ -16,9 +16,9 @@
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "runner/connect.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 
 namespace {
@@ -67,8 +67,9 @@ std::string take_test_flag(const std::string& arg) {
   const std::string value = eq == std::string::npos ? std::string() : arg.substr(eq + 1);
   if (value.empty()) return name + " needs =VALUE";
   if (name == "--test-weaken") {
-    if (!motor::is_weakenable_control(value)) return "--test-weaken: unknown control " + value;
-    motor::test_switches().weakened.push_back(value);
+    const auto control = motor::Control::parse(value);
+    if (!control) return "--test-weaken: unknown control " + value;
+    motor::test_switches().weakened.push_back(*control);
     return "";
   }
   if (name == "--test-allow-destination") {
@@ -88,7 +89,9 @@ std::string take_test_flag(const std::string& arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace motor;
   using namespace motor::runner;
+  using namespace motor::config;
   Options opt;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -169,7 +172,7 @@ int main(int argc, char** argv) {
   if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
   if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
   log_init();
-  for (const auto& control : motor::test_switches().weakened)
+  for (const auto& control : motor::weakened_control_names())
     log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
   for (const auto& cidr : motor::test_switches().allowed_destinations)
     log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);

@@ -1,6 +1,6 @@
 #include "runner/metrics.hpp"
 
-#include "runner/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

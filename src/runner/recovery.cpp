@@ -5,9 +5,9 @@
 #include <chrono>
 #include <thread>
 
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 
 namespace motor::runner {
 namespace {

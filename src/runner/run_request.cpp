@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runner/env_filter.hpp"
-#include "runner/job_id.hpp"
-#include "runner/log.hpp"
+#include "config/env_filter.hpp"
+#include "base/job_id.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 #include "workspace/workspace_dir.hpp"
 
 namespace motor::runner {
@@ -122,7 +122,7 @@ std::optional<PendingStart> Runner::check_run(Session& session, const protocol::
     return bad(fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count()));
   }
   *priority = p.priority == protocol::Priority::kInteractive ? PriorityClass::kInteractive : PriorityClass::kBatch;
-  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus};
+  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus, std::nullopt};
 }
 
 bool Runner::refused_at_the_door(Session& session, const protocol::Request& r, const protocol::RunParams& p) {
@@ -199,7 +199,7 @@ void Runner::accept_job(Session& session, int64_t request_id, PendingStart pendi
   protocol::AcceptedRecord a;
   a.job_id = *id;
   // A host_workspace job's environment is as given (host_workspace.hpp): nothing is held back.
-  if (!pending.host_workspace) a.env_not_forwarded = filter_env(p.env, config_.env_allow).not_forwarded;
+  if (!pending.host_workspace) a.env_not_forwarded = config::filter_env(p.env, config_.env_allow).not_forwarded;
   a.platform = p.platform;
   a.network = p.network;
   if (p.direct) a.secret = std::move(secret);

@@ -16,7 +16,7 @@
 #include "motor/sys_error.hpp"
 #include "motor/version.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner_lock.hpp"
 #include "runner/session.hpp"
 #include "runner/state_store.hpp"
@@ -57,7 +57,7 @@ int64_t host_memory_bytes() {
 
 }  // namespace
 
-Runner::Runner(uv_loop_t* loop, Config config)
+Runner::Runner(uv_loop_t* loop, config::Config config)
     : loop_(loop),
       config_(std::move(config)),
       cgroup_retirement_(loop),
@@ -117,8 +117,8 @@ Status Runner::start() {
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
 
   auto pref = sandbox::CgroupPreference::kAuto;
-  if (config_.cgroup_mode == CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
-  if (config_.cgroup_mode == CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
+  if (config_.cgroup_mode == config::CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
+  if (config_.cgroup_mode == config::CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
   auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
   if (!cgroups) return cgroups.error();
   cgroups_ = std::move(*cgroups);
@@ -137,11 +137,11 @@ Status Runner::start() {
   if (auto s = start_workspaces(); !s) return s;
   if (auto s = recover(); !s) return s;
   if (config_.outbound_network) {
-    auto outbound = Outbound::start(loop_, config_);
+    auto outbound = netpolicy::Outbound::start(loop_, config::outbound_settings(config_));
     if (!outbound) return outbound.error();
     outbound_ = std::move(*outbound);
   } else {
-    Outbound::remove_leftovers(config_);
+    netpolicy::Outbound::remove_leftovers(config::outbound_settings(config_));
   }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
@@ -308,7 +308,7 @@ void Runner::begin_shutdown(int signum) {
   if (shutting_down_) return;
   shutting_down_ = true;
   log_info("signal {}: shutting down ({} jobs running, policy: {})", signum, jobs_.running(),
-           config_.shutdown == ShutdownPolicy::kKill ? "kill" : "finish");
+           config_.shutdown == config::ShutdownPolicy::kKill ? "kill" : "finish");
   notifier_.stopping();
   listener_.close();
   // Queued jobs never start now: nobody cancelled them, the runner refuses them for the time
@@ -325,7 +325,7 @@ void Runner::begin_shutdown(int signum) {
   } else {
     shutdown_timer_.initialized(this);
   }
-  if (config_.shutdown == ShutdownPolicy::kKill || !shutdown_timer_.live()) {
+  if (config_.shutdown == config::ShutdownPolicy::kKill || !shutdown_timer_.live()) {
     kill_for_shutdown();
   } else if (const int rc = uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {
                auto* self = reactor::owner_of<Runner>(h);

@@ -20,7 +20,7 @@
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
 #include "runner/cgroup_retirement.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
@@ -28,7 +28,7 @@
 #include "runner/job_table.hpp"
 #include "runner/method_table.hpp"
 #include "runner/notify.hpp"
-#include "runner/outbound.hpp"
+#include "netpolicy/outbound.hpp"
 #include "runner/session_id.hpp"
 #include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
@@ -55,13 +55,13 @@ inline constexpr int64_t kStateSaveHeadroomBytes = 1 << 20;
 // what they run in); state saving makes changes durable once per loop iteration.
 class Runner : public JobHost, private AdmissionHost {
  public:
-  Runner(uv_loop_t* loop, Config config);
+  Runner(uv_loop_t* loop, config::Config config);
   ~Runner() override;
 
   // Checks the accounts and cgroups, recovers what an earlier runner left, and listens.
   Status start();
 
-  const Config& config() const { return config_; }
+  const config::Config& config() const { return config_; }
   uv_loop_t* loop() const override { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
   JobStarter& job_starter() { return job_starter_; }
@@ -179,7 +179,7 @@ class Runner : public JobHost, private AdmissionHost {
 
   Status start_timers_and_signals();
   uv_loop_t* loop_;
-  Config config_;
+  config::Config config_;
   sandbox::Account job_account_;
   std::string job_group_name_;
   std::string init_path_;  // motor-init on the host
@@ -226,7 +226,7 @@ class Runner : public JobHost, private AdmissionHost {
   std::deque<std::string> fan_out_jobs_;  // by id: a job may be gone by its turn
   bool draining_ = false;
   bool shutting_down_ = false;
-  std::unique_ptr<Outbound> outbound_;  // only when outbound_network is enabled
+  std::unique_ptr<netpolicy::Outbound> outbound_;  // only when outbound_network is enabled
   uint64_t started_hr_ns_ = 0;
 };
 

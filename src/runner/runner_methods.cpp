@@ -3,10 +3,10 @@
 // workspace_requests.cpp.
 #include "motor/version.hpp"
 #include "runner/bridge_account.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 
 namespace motor::runner {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
 

@@ -9,7 +9,7 @@
 
 #include "protocol/messages.hpp"
 #include "runner/bridge_account.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 
 namespace motor::runner {

@@ -3,9 +3,9 @@
 #include <sys/statvfs.h>
 
 #include "reactor/slow_call.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 
 namespace motor::runner {
 

@@ -11,7 +11,7 @@
 
 #include "motor/sys_error.hpp"
 #include "protocol/json_writer.hpp"
-#include "runner/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 
 namespace motor::runner {
 

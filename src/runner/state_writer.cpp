@@ -10,8 +10,8 @@
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
-#include "runner/helper_process.hpp"
-#include "runner/log.hpp"
+#include "base/helper_process.hpp"
+#include "base/log.hpp"
 #include "runner/state_store.hpp"
 
 namespace motor::runner {

@@ -10,7 +10,7 @@
 
 #include "reactor/libvirt_loop.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/log.hpp"
+#include "base/log.hpp"
 #include "vm/kvm_probe.hpp"
 
 namespace motor::runner {
@@ -48,7 +48,7 @@ int on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int detail, void*) 
 
 }  // namespace
 
-std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const Config& config, const std::string& init_path) {
+std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const config::Config& config, const std::string& init_path) {
   std::unique_ptr<VmHost> host(new VmHost(loop, config));
   host->setup(init_path);
   if (host->unavailable_) {
@@ -72,7 +72,7 @@ VmHost::~VmHost() {
 }
 
 void VmHost::setup(const std::string& init_path) {
-  const Config& c = config_;
+  const config::Config& c = config_;
   if (c.vm_image.empty()) {
     unavailable_ = "this runner does not run \"windows\" jobs (vm_image is not set in its config)";
     return;

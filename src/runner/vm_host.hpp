@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "runner/cgroup_retirement.hpp"
 #include "runner/cpu_claims.hpp"
 #include "sandbox/accounts.hpp"
@@ -24,7 +24,7 @@ namespace motor::runner {
 
 class VmHost {
  public:
-  static std::unique_ptr<VmHost> create(uv_loop_t* loop, const Config& config, const std::string& init_path);
+  static std::unique_ptr<VmHost> create(uv_loop_t* loop, const config::Config& config, const std::string& init_path);
   ~VmHost();
   VmHost(const VmHost&) = delete;
   VmHost& operator=(const VmHost&) = delete;
@@ -44,12 +44,12 @@ class VmHost {
   bool prepares() const { return !config_.vm_prepare_command.empty(); }
 
  private:
-  VmHost(uv_loop_t* loop, const Config& config) : loop_(loop), config_(config), retirement_(loop) {}
+  VmHost(uv_loop_t* loop, const config::Config& config) : loop_(loop), config_(config), retirement_(loop) {}
   void setup(const std::string& init_path);
   void recover_leftovers();
 
   uv_loop_t* loop_;
-  Config config_;
+  config::Config config_;
   CgroupRetirement retirement_;  // pids cgroups of an earlier runner's VMs that were still busy
   std::optional<std::string> unavailable_;
   bool emulated_ = false;

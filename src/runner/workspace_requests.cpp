@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "motor/test_switches.hpp"
-#include "runner/job_id.hpp"
-#include "runner/log.hpp"
+#include "base/job_id.hpp"
+#include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/session.hpp"
 #include "sandbox/accounts.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "motor/expected.hpp"
-#include "sandbox/netpolicy.hpp"
+#include "base/ipv4.hpp"
 
 namespace motor::sandbox {
 

@@ -15,20 +15,20 @@ struct Kind {
   const char* name;
   uint64_t flag;
   const char* stage;
-  const char* control;  // its name in include/motor/test_switches.hpp ("" = never weakened)
+  std::optional<Control> control;  // include/motor/test_switches.hpp (nullopt: never weakened)
 };
 
 constexpr Kind kKinds[] = {
-    {"mnt", CLONE_NEWNS, "mount namespace is not new", ""},
-    {"pid", CLONE_NEWPID, "PID namespace is not new", "pid-namespace"},
-    {"net", CLONE_NEWNET, "network namespace is not new", "network-namespace"},
-    {"ipc", CLONE_NEWIPC, "IPC namespace is not new", "ipc-namespace"},
-    {"uts", CLONE_NEWUTS, "UTS namespace is not new", "uts-namespace"},
-    {"cgroup", CLONE_NEWCGROUP, "cgroup namespace is not new", "cgroup-namespace"},
+    {"mnt", CLONE_NEWNS, "mount namespace is not new", std::nullopt},
+    {"pid", CLONE_NEWPID, "PID namespace is not new", Control{"pid-namespace"}},
+    {"net", CLONE_NEWNET, "network namespace is not new", Control{"network-namespace"}},
+    {"ipc", CLONE_NEWIPC, "IPC namespace is not new", Control{"ipc-namespace"}},
+    {"uts", CLONE_NEWUTS, "UTS namespace is not new", Control{"uts-namespace"}},
+    {"cgroup", CLONE_NEWCGROUP, "cgroup namespace is not new", Control{"cgroup-namespace"}},
 };
 
 // Test build only: a weakened namespace is neither created nor checked.
-bool weakened(const Kind& kind) { return *kind.control && control_weakened(kind.control); }
+bool weakened(const Kind& kind) { return kind.control && control_weakened(*kind.control); }
 
 }  // namespace
 

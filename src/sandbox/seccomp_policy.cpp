@@ -107,7 +107,11 @@ constexpr uint64_t kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEW
 
 // Test builds can leave out one group of entries (include/motor/test_switches.hpp).
 bool weakened(const SeccompEntry& entry) {
-  static constexpr std::pair<std::string_view, std::string_view> kGroups[] = {
+  struct Group {
+    std::string_view name;
+    Control control;
+  };
+  static constexpr Group kGroups[] = {
       {"add_key", "seccomp-keyring"},        {"request_key", "seccomp-keyring"},  {"keyctl", "seccomp-keyring"},
       {"ptrace", "seccomp-ptrace"},          {"process_vm_readv", "seccomp-ptrace"},
       {"process_vm_writev", "seccomp-ptrace"}, {"pidfd_getfd", "seccomp-ptrace"},

@@ -12,7 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "motor/printable.hpp"
+#include "base/atomic_file.hpp"
+#include "base/log.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
@@ -167,7 +168,6 @@ Workspaces::Workspaces(uv_loop_t* loop, WorkspaceSettings settings, JobsRunning 
 Workspaces::~Workspaces() {
   *alive_ = false;
   for (auto& [id, t] : transfers_) unlink(t->path.c_str());
-  if (expiry_) uv_close(reinterpret_cast<uv_handle_t*>(expiry_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
 }
 
 std::string Workspaces::mirror_path(const std::string& caller, const std::string& repository_root) const {
@@ -277,11 +277,10 @@ Status Workspaces::start() {
   // (moved aside at once, emptied in the sandbox), so no job ever sees a half-written tree; the
   // next prepare checks it out in full.
   for (const auto& [caller, key] : interrupted) {
-    std::fprintf(stderr, "motor-runner: workspace %s/%s: a checkout was interrupted by the runner's stop; dropping it\n",
-                 caller.c_str(), key.c_str());
+    log_warning("workspace {}/{}: a checkout was interrupted by the runner's stop; dropping it", caller, key);
     records_.erase(id_key(caller, key));
     if (auto st = drop(caller, key, [](bool) {}); !st) {
-      std::fprintf(stderr, "motor-runner: workspace %s/%s: %s\n", caller.c_str(), key.c_str(), st.error().message.c_str());
+      log_error("workspace {}/{}: {}", caller, key, st.error().message);
       continue;
     }
     unlink(checkout_mark_path(caller, key).c_str());
@@ -308,20 +307,22 @@ Status Workspaces::start() {
       else maintain_mirror(path);
     }
   }
-  expiry_ = new uv_timer_t;
-  uv_timer_init(loop_, expiry_);
-  expiry_->data = this;
-  uv_timer_start(expiry_, [](uv_timer_t* h) { static_cast<Workspaces*>(h->data)->expire_transfers(); }, 10000, 10000);
-  uv_unref(reinterpret_cast<uv_handle_t*>(expiry_));
+  if (int rc = uv_timer_init(loop_, expiry_.get()); rc < 0) return make_error("internal", std::string("uv_timer_init: ") + uv_strerror(rc));
+  expiry_.initialized(this);
+  auto expire = [](uv_timer_t* h) {
+    if (auto* self = reactor::owner_of<Workspaces>(h)) self->expire_transfers();
+  };
+  if (int rc = uv_timer_start(expiry_.get(), expire, 10000, 10000); rc < 0)
+    return make_error("internal", std::string("uv_timer_start: ") + uv_strerror(rc));
+  uv_unref(expiry_.handle());
   return {};
 }
 
 Status Workspaces::save_record(const std::string& caller, const std::string& key, const Record& r) {
   reactor::SlowCall timed("writing a workspace record");
   if (auto st = ensure_owned_dir(s_.state_dir + "/workspace-git/" + caller, 0700, 0, 0); !st) return st;
-  const std::string path = record_path(caller, key), tmp = path + ".tmp";
+  std::ostringstream out;
   {
-    std::ofstream out(tmp, std::ios::trunc);
     out << "repository_root=" << r.tree.repository_root << "\ncommit=" << r.tree.commit << "\ntree=" << r.tree.tree
         << "\nbundle_bytes=" << r.tree.bundle_bytes << "\nprepared_at_ms=" << r.tree.prepared_at_ms << "\n";
     if (!r.tree.screened_base.empty()) out << "screened_base=" << r.tree.screened_base << "\n";
@@ -330,12 +331,10 @@ Status Workspaces::save_record(const std::string& caller, const std::string& key
     out << "git_present=" << (r.git.present ? 1 : 0) << "\ngit_head=" << r.git.head.value_or("")
         << "\ngit_ref=" << r.git.ref.value_or("") << "\ngit_index_tree=" << r.git.index_tree.value_or("")
         << "\ngit_stash_count=" << r.git.stash_count << "\n";
-    if (!out) return make_error("io", "writing " + tmp);
   }
-  // Not fsynced: a record lost in a crash costs one full bundle on the next prepare and one
-  // git_state_changed reported against "absent", no more. The rename keeps it whole.
-  if (rename(tmp.c_str(), path.c_str()) < 0) return sys_error("renaming " + tmp);
-  return {};
+  // Whole and durable (base/atomic_file.hpp): a record lost in a crash would cost one full
+  // bundle on the next prepare and a git_state_changed reported against "absent".
+  return write_file_atomically(record_path(caller, key), out.str(), 0600);
 }
 
 std::vector<std::string> Workspaces::git_env() const {
@@ -457,7 +456,7 @@ void Workspaces::prepare(uint64_t session, const std::string& caller,
     if (!it->second.dirty) {
       it->second.tree.bundle_bytes = 0;
       it->second.tree.fetch_ms = it->second.tree.checkout_ms = 0;
-      return reply(final_reply(request_id, "", std::nullopt, &it->second));
+      return reply(final_reply("", std::nullopt, &it->second));
     }
     Record next = it->second;
     next.tree.bundle_bytes = 0;
@@ -887,7 +886,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     if (!report || rec == records_.end()) {
       if (rec != records_.end()) rec->second.dirty = true;
       base.fields.reset();
-      std::fprintf(stderr, "motor-runner: workspace %s: the changed-paths scan failed: %s\n", k.c_str(), escape_control_chars(r.describe()).c_str());
+      log_warning("workspace {}: the changed-paths scan failed: {}", k, r.describe());
       return done(std::move(base));
     }
     base.fields = encode_report(*report, rec->second.git);
@@ -896,7 +895,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     if (git_moved) {
       const auto slash = k.rfind('/');  // keys hold no '/'
       if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
-        std::fprintf(stderr, "motor-runner: workspace %s: saving its .git state: %s\n", k.c_str(), st.error().message.c_str());
+        log_error("workspace {}: saving its .git state: {}", k, st.error().message);
       }
     }
     rec->second.dirty = !report->changes.empty() || report->git.present;
@@ -986,7 +985,7 @@ void Workspaces::maintain_mirror(const std::string& mirror) {
   spec.max_stdout_bytes = 64 * 1024;
   run_child(loop_, std::move(spec), [this, alive = alive_, mirror](ChildResult r) {
     if (!*alive) return;
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: collecting the mirror %s failed: %s\n", mirror.c_str(), escape_control_chars(r.describe()).c_str());
+    if (!r.ok()) log_warning("collecting the mirror {} failed: {}", mirror, r.describe());
     MirrorUse& use = mirrors_[mirror];
     use.collecting = false;
     // Prepares that waited for it go on now; all count as users before any starts.
@@ -1006,7 +1005,7 @@ void Workspaces::remove_mirror_files(const std::string& path) {
   spec.gid = s_.mirror_gid;
   spec.timeout_ms = kMirrorTimeoutMs;
   run_child(loop_, std::move(spec), [path](ChildResult r) {
-    if (!r.ok()) std::fprintf(stderr, "motor-runner: removing %s failed: %s\n", path.c_str(), escape_control_chars(r.describe()).c_str());
+    if (!r.ok()) log_warning("removing {} failed: {}", path, r.describe());
   });
 }
 

@@ -21,6 +21,7 @@
 
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
+#include "reactor/uv_handle.hpp"
 #include "motor/unique_fd.hpp"
 #include "workspace/change_report.hpp"
 #include "workspace/child_process.hpp"
@@ -181,7 +182,7 @@ class Workspaces {
     std::vector<std::function<void()>> waiting;  // ingests waiting for the collection to end
   };
   std::map<std::string, MirrorUse> mirrors_;  // by host path
-  uv_timer_t* expiry_ = nullptr;
+  reactor::UvHandle<uv_timer_t> expiry_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // async callbacks check it
 };
 

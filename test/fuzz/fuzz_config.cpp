@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "runner/config.hpp"
+#include "config/config.hpp"
 
 using motor::fuzz::check;
 

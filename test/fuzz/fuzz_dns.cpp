@@ -1,4 +1,4 @@
-// libFuzzer: the outbound jobs' DNS filter (runner/dns_filter.hpp). A job's query is parsed
+// libFuzzer: the outbound jobs' DNS filter (netpolicy/dns_filter.hpp). A job's query is parsed
 // (parse_dns_query) and an upstream's answer to a fixed query is filtered (filter_dns_response).
 // Input: byte 0 picks the answer size limit and the address policy; the rest is the message,
 // fed both as a job's query and as the upstream's answer.
@@ -12,11 +12,11 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "runner/dns_filter.hpp"
+#include "netpolicy/dns_filter.hpp"
 
 using motor::fuzz::check;
 
-namespace r = motor::runner;
+namespace r = motor::netpolicy;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runner/job_id.hpp"
+#include "base/job_id.hpp"
 #include "runner/state_writer.hpp"
 #include "support/runner_harness.hpp"
 
@@ -335,7 +335,7 @@ TEST_F(RunnerDurability, AQueuedRecordWhoseCgroupExistsIsReportedAsRanWithAnUnkn
   RunnerProcess runner;
   ASSERT_TRUE(runner.start());
   runner.kill9();
-  auto id = runner::new_job_id();
+  auto id = motor::new_job_id();
   ASSERT_TRUE(id);
   write_file(runner.state_dir() + "/state.json",
              fmt::format(R"({{"version":1,"draining":false,"jobs":[{{"job_id":"{}","caller":"root","workspace_key":"default",)"

@@ -30,7 +30,7 @@
 #include <thread>
 
 #include "protocol/base64.hpp"
-#include "runner/outbound.hpp"
+#include "netpolicy/outbound.hpp"
 #include "support/runner_harness.hpp"
 
 namespace motor::test {
@@ -343,7 +343,7 @@ class RunnerNetwork : public ::testing::Test {
     return parse_lines(res.out);
   }
 
-  static std::string egress_netns(const RunnerProcess& r) { return "motor-eg-" + runner::egress_tag(r.state_dir()); }
+  static std::string egress_netns(const RunnerProcess& r) { return "motor-eg-" + netpolicy::egress_tag(r.state_dir()); }
   static bool exists(const std::string& path) {
     struct stat st {};
     return stat(path.c_str(), &st) == 0;
@@ -551,7 +551,7 @@ std::map<std::string, std::string> gate_outbound(const std::string& up, const st
     if (results[id] != "stopped") results[id] += " | " + entry;  // the evidence, when it fails
   }
   struct stat st {};
-  const std::string tag = runner::egress_tag(dir + "/state");
+  const std::string tag = netpolicy::egress_tag(dir + "/state");
   EXPECT_NE(stat(("/run/netns/motor-eg-" + tag).c_str(), &st), 0) << "egress left behind";
   // The gate's listener namespace and its routing rule in the uplink (gate/arrival_listeners.hpp).
   EXPECT_NE(stat(("/run/netns/motor-gc-" + tag).c_str(), &st), 0) << "the gate's listener namespace left behind";
@@ -617,7 +617,7 @@ TEST_F(RunnerNetwork, OutboundIsRefusedUnlessTheRunnerEnablesIt) {
 TEST_F(RunnerNetwork, NetworkPiecesAreRemovedWithTheJobAndTheRunner) {
   auto r = outbound_runner();
   ASSERT_TRUE(r->start()) << r->log();
-  const std::string eg = egress_netns(*r), tag = runner::egress_tag(r->state_dir());
+  const std::string eg = egress_netns(*r), tag = netpolicy::egress_tag(r->state_dir());
   // The client goes after 2 s (killed by run_program); the job runs on.
   r->client({"run", "--network", "outbound", "--", "/bin/sleep", "30"}, std::chrono::seconds(2));
   std::string links;

@@ -1,7 +1,7 @@
 // The accelerator decision (vm_accelerator, allow_emulation, the KVM probe's answer).
 #include <gtest/gtest.h>
 
-#include "runner/config.hpp"
+#include "config/config.hpp"
 #include "vm/accelerator.hpp"
 
 namespace motor::vm {
@@ -44,17 +44,17 @@ TEST(Accelerator, TcgIsAlwaysEmulationAndNeedsItAllowed) {
 }
 
 TEST(Accelerator, ConfigKey) {
-  auto c = runner::parse_config("vm_accelerator = kvm\n");
+  auto c = config::parse_config("vm_accelerator = kvm\n");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->vm_accelerator, Accelerator::kKvm);
-  EXPECT_EQ(runner::parse_config("")->vm_accelerator, Accelerator::kAuto);
-  auto tcg = runner::parse_config("allow_emulation = true\nvm_accelerator = tcg\n");
+  EXPECT_EQ(config::parse_config("")->vm_accelerator, Accelerator::kAuto);
+  auto tcg = config::parse_config("allow_emulation = true\nvm_accelerator = tcg\n");
   ASSERT_TRUE(tcg) << tcg.error().message;
   EXPECT_EQ(tcg->vm_accelerator, Accelerator::kTcg);
-  auto bad = runner::parse_config("vm_accelerator = hvf\n");
+  auto bad = config::parse_config("vm_accelerator = hvf\n");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("expected auto, kvm or tcg"), std::string::npos) << bad.error().message;
-  auto contradictory = runner::parse_config("vm_accelerator = tcg\n");
+  auto contradictory = config::parse_config("vm_accelerator = tcg\n");
   ASSERT_FALSE(contradictory);
   EXPECT_NE(contradictory.error().message.find("allow_emulation"), std::string::npos) << contradictory.error().message;
 }

@@ -1,5 +1,5 @@
 // Config parsing: the embedded defaults, the format, and every kind of error naming key and line.
-#include "runner/config.hpp"
+#include "config/config.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-namespace motor::runner {
+namespace motor::config {
 namespace {
 
 Config parse_ok(std::string_view text) {
@@ -421,4 +421,4 @@ TEST(ConfigOutbound, KeysAndTheirErrors) {
 }
 
 }  // namespace
-}  // namespace motor::runner
+}  // namespace motor::config

@@ -1,15 +1,15 @@
-// The outbound resolver's DNS parsing and filtering (src/runner/dns_filter.cpp): what is kept,
+// The outbound resolver's DNS parsing and filtering (src/netpolicy/dns_filter.cpp): what is kept,
 // what is removed, and that malformed input of every kind is refused (also under ASan+UBSan,
 // with a few thousand random mutations).
-#include "runner/dns_filter.hpp"
+#include "netpolicy/dns_filter.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "sandbox/netpolicy.hpp"
+#include "netpolicy/netpolicy.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
 namespace {
 
 std::string u16(uint16_t v) { return std::string{static_cast<char>(v >> 8), static_cast<char>(v & 0xFF)}; }
@@ -44,7 +44,7 @@ std::string a(uint32_t addr) { return u32(addr); }
 constexpr uint32_t kPublic = 0x5DB8D822;   // 93.184.216.34
 constexpr uint32_t kPrivate = 0x0A010203;  // 10.1.2.3
 
-bool drops(uint32_t addr) { return sandbox::EgressPolicy{}.drops(addr); }
+bool drops(uint32_t addr) { return netpolicy::EgressPolicy{}.drops(addr); }
 
 std::vector<uint32_t> answers(const std::string& m, uint16_t* count_out = nullptr) {
   if (count_out) *count_out = static_cast<uint16_t>((static_cast<uint8_t>(m[6]) << 8) | static_cast<uint8_t>(m[7]));
@@ -206,4 +206,4 @@ TEST(DnsFilter, RandomMutationsNeverCrash) {
 }
 
 }  // namespace
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

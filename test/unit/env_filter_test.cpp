@@ -1,12 +1,12 @@
 // Which caller environment variables reach a job: each rule by a line and an assertion.
-#include "runner/env_filter.hpp"
+#include "config/env_filter.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
-namespace motor::runner {
+namespace motor::config {
 namespace {
 
 using Vars = std::vector<std::pair<std::string, std::string>>;
@@ -210,4 +210,4 @@ TEST(EnvFilter, EndToEndWithConfigDefaults) {
 }
 
 }  // namespace
-}  // namespace motor::runner
+}  // namespace motor::config

@@ -343,7 +343,7 @@ TEST_F(RunParamsTest, NulBytesAreRefused) {
 }
 
 TEST_F(RunParamsTest, EnvNulIsLeftToTheEnvFilter) {
-  // The env filter (runner/env_filter) drops names and values holding NUL and names them in
+  // The env filter (config/env_filter) drops names and values holding NUL and names them in
   // env_not_forwarded; parsing keeps them so it can say so.
   const RunParams p = ok(R"({"command":"x","env":{"RUST_X":"a\u0000b"}})");
   ASSERT_EQ(p.env.size(), 1u);

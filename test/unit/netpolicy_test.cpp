@@ -1,6 +1,6 @@
 // The outbound address classifier over every range boundary, and the generated nftables
 // ruleset (its text, and `nft --check` in a throwaway network namespace).
-#include "sandbox/netpolicy.hpp"
+#include "netpolicy/netpolicy.hpp"
 
 #include <sched.h>
 #include <sys/wait.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 
-namespace motor::sandbox {
+namespace motor::netpolicy {
 namespace {
 
 Ipv4 ip(const char* text) {
@@ -145,4 +145,4 @@ TEST(NetPolicy, RulesetPassesNftCheck) {
 }
 
 }  // namespace
-}  // namespace motor::sandbox
+}  // namespace motor::netpolicy

@@ -1,4 +1,4 @@
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-#include "runner/sha256.hpp"
+#include "base/sha256.hpp"
 
 #include <cstring>
 
-namespace motor::runner {
+namespace motor {
 namespace {
 
 constexpr uint32_t kRound[64] = {
@@ -104,4 +104,4 @@ bool digests_equal(const Sha256Digest& a, const Sha256Digest& b) {
   return diff == 0;
 }
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -1,4 +1,4 @@
-#include "runner/helper_process.hpp"
+#include "base/helper_process.hpp"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,7 +8,7 @@
 
 #include "motor/sys_error.hpp"
 
-namespace motor::runner {
+namespace motor {
 
 int become_helper_process(int channel, const char* name, pid_t runner) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -45,4 +45,4 @@ Expected<HelperProcess> fork_helper_process(const char* name, const std::functio
   return out;
 }
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -1,4 +1,4 @@
-#include "runner/job_id.hpp"
+#include "base/job_id.hpp"
 
 #include <sys/random.h>
 
@@ -9,7 +9,7 @@
 
 #include "motor/sys_error.hpp"
 
-namespace motor::runner {
+namespace motor {
 
 Expected<std::string> new_job_id() {
   uint8_t b[16];
@@ -23,4 +23,4 @@ Expected<std::string> new_job_id() {
                      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -1,4 +1,4 @@
-#include "sandbox/egress.hpp"
+#include "netpolicy/egress.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -16,7 +16,7 @@
 #include "motor/sys_error.hpp"
 #include "sandbox/job_network.hpp"
 
-namespace motor::sandbox {
+namespace motor::netpolicy {
 namespace {
 
 constexpr const char* kToolPath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
@@ -165,7 +165,7 @@ void Egress::remove_leftovers(const std::string& tag, const std::string& uplink_
 
 Expected<std::unique_ptr<Egress>> Egress::create(const EgressConfig& config) {
   if (config.tag.empty() || config.tag.size() > 8) return make_error("internal", "egress tag must be 1 to 8 characters");
-  if (slot_count(config.subnet) < 2) return make_error("config", "outbound_subnet is too small (at most a /29)");
+  if (sandbox::slot_count(config.subnet) < 2) return make_error("config", "outbound_subnet is too small (at most a /29)");
   remove_leftovers(config.tag, config.uplink_netns);
   std::unique_ptr<Egress> e(new Egress);
   e->config_ = config;
@@ -218,4 +218,4 @@ Egress::~Egress() {
   if (!name_.empty()) remove_leftovers(config_.tag, config_.uplink_netns);
 }
 
-}  // namespace motor::sandbox
+}  // namespace motor::netpolicy

@@ -9,8 +9,8 @@
 
 #include "motor/expected.hpp"
 
-namespace motor::runner {
+namespace motor {
 
 Status write_file_atomically(const std::string& path, std::string_view text, mode_t mode);
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -1,9 +1,9 @@
 // The outbound network policy of a job (issue 9): which IPv4 destinations a job may reach, and
-// the nftables ruleset that enforces it in the egress namespace (src/sandbox/egress.cpp).
+// the nftables ruleset that enforces it in the egress namespace (src/netpolicy/egress.cpp).
 //
 // A job reaches the public internet only: never a private, loopback, link-local, shared,
 // documentation, benchmarking, multicast or reserved range, and never an address of the host or
-// its gateway. The same classifier filters the resolver's answers (src/runner/dns_filter.cpp),
+// its gateway. The same classifier filters the resolver's answers (src/netpolicy/dns_filter.cpp),
 // so a name never resolves to an address the job could not reach.
 #pragma once
 
@@ -14,30 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/ipv4.hpp"
 #include "motor/expected.hpp"
 
-namespace motor::sandbox {
-
-// An IPv4 address in host byte order (1.2.3.4 = 0x01020304).
-using Ipv4 = uint32_t;
-
-struct Cidr {
-  Ipv4 base = 0;  // with every host bit zero
-  int prefix = 32;
-  // The host bits of a /prefix (no shift by 32: that is undefined for a 32-bit value).
-  static Ipv4 host_mask(int prefix) { return prefix <= 0 ? 0xFFFFFFFFu : prefix >= 32 ? 0u : 0xFFFFFFFFu >> prefix; }
-  bool contains(Ipv4 a) const { return (a & ~host_mask(prefix)) == (base & ~host_mask(prefix)); }
-  Ipv4 last() const { return base | host_mask(prefix); }
-  bool operator==(const Cidr&) const = default;
-};
-
-// Dotted quad, exactly four decimal parts 0..255 without leading zeros ("010.0.0.1" is refused:
-// inet_aton would read it as octal).
-std::optional<Ipv4> parse_ipv4(std::string_view text);
-std::string format_ipv4(Ipv4 a);
-// "a.b.c.d/n" (n 0..32) or a bare address (/32). Host bits must be zero.
-Expected<Cidr> parse_cidr(std::string_view text);
-std::string format_cidr(const Cidr& c);
+namespace motor::netpolicy {
 
 // The ranges no job packet may reach (issue 9), in order.
 inline constexpr std::array<std::string_view, 15> kBlockedRanges = {
@@ -71,4 +51,4 @@ std::string egress_ruleset(const EgressPolicy& policy, const EgressNames& names)
 // its own (`table ip <table>`); `delete table` removes it.
 std::string uplink_ruleset(const std::string& table, const std::string& uplink_veth, Ipv4 egress_address);
 
-}  // namespace motor::sandbox
+}  // namespace motor::netpolicy

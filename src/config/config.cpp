@@ -1,5 +1,5 @@
-#include "runner/config.hpp"
-#include "sandbox/netpolicy.hpp"
+#include "config/config.hpp"
+#include "base/ipv4.hpp"
 
 #include "protocol/size.hpp"
 
@@ -17,9 +17,9 @@
 #include <optional>
 
 #include "motor/unique_fd.hpp"
-#include "runner/env_filter.hpp"
+#include "config/env_filter.hpp"
 
-namespace motor::runner {
+namespace motor::config {
 namespace {
 
 // Kept identical to conf/motor-runner.conf (a unit test checks both).
@@ -652,7 +652,7 @@ const std::array<KeySpec, 64> kKeys = {{
        std::vector<std::string> out;
        for (const auto& item : v.items) {
          if (item.empty()) continue;
-         if (!sandbox::parse_ipv4(item)) return "expected IPv4 addresses, got " + shown(item);
+         if (!parse_ipv4(item)) return "expected IPv4 addresses, got " + shown(item);
          out.push_back(item);
        }
        c.outbound_resolvers = std::move(out);
@@ -660,7 +660,7 @@ const std::array<KeySpec, 64> kKeys = {{
      }},
     {"outbound_subnet", false,
      [](Config& c, Value& v) -> std::optional<std::string> {
-       auto cidr = sandbox::parse_cidr(v.scalar);
+       auto cidr = parse_cidr(v.scalar);
        if (!cidr) return cidr.error().message;
        if (cidr->prefix < 8 || cidr->prefix > 29) return "expected a range from /8 to /29, got " + shown(v.scalar);
        c.outbound_subnet = v.scalar;
@@ -950,4 +950,4 @@ Expected<Config> load_config_file(const std::string& path) {
   return parse_config(text, path);
 }
 
-}  // namespace motor::runner
+}  // namespace motor::config

@@ -1,4 +1,4 @@
-#include "runner/env_filter.hpp"
+#include "config/env_filter.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 
 #include "motor/test_switches.hpp"
 
-namespace motor::runner {
+namespace motor::config {
 namespace {
 
 constexpr std::array<std::string_view, 5> kSecretWords = {"TOKEN", "SECRET", "PASSWORD", "KEY",
@@ -151,4 +151,4 @@ std::vector<std::string> job_env(const std::string& home, const std::string& use
   return out;
 }
 
-}  // namespace motor::runner
+}  // namespace motor::config

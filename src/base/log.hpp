@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace motor::runner {
+namespace motor {
 
 enum class LogLevel { kError = 3, kWarning = 4, kInfo = 6, kDebug = 7 };
 
@@ -31,4 +31,4 @@ void log_job(std::string_view job_id, fmt::format_string<Args...> f, Args&&... a
   log_message(LogLevel::kInfo, job_id, fmt::format(f, std::forward<Args>(args)...));
 }
 
-}  // namespace motor::runner
+}  // namespace motor

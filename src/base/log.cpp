@@ -1,4 +1,4 @@
-#include "runner/log.hpp"
+#include "base/log.hpp"
 
 #include <systemd/sd-journal.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "motor/printable.hpp"
 
-namespace motor::runner {
+namespace motor {
 namespace {
 bool g_journal = false;
 
@@ -55,4 +55,4 @@ void log_message(LogLevel level, std::string_view job_id, std::string_view raw_m
   (void)ignored;
 }
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace motor::runner {
+namespace motor {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 
@@ -17,4 +17,4 @@ bool from_hex(std::string_view hex, Sha256Digest& out);
 // Compares two digests in time independent of where they differ.
 bool digests_equal(const Sha256Digest& a, const Sha256Digest& b);
 
-}  // namespace motor::runner
+}  // namespace motor

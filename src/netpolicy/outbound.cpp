@@ -1,4 +1,4 @@
-#include "runner/outbound.hpp"
+#include "netpolicy/outbound.hpp"
 
 #include <sys/stat.h>
 
@@ -6,35 +6,35 @@
 #include <sstream>
 
 #include "motor/test_switches.hpp"
-#include "runner/log.hpp"
-#include "runner/sha256.hpp"
+#include "base/log.hpp"
+#include "base/sha256.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
 
 std::string egress_tag(const std::string& state_dir) { return to_hex(sha256(state_dir)).substr(0, 6); }
 
-void Outbound::remove_leftovers(const Config& config) {
+void Outbound::remove_leftovers(const OutboundSettings& config) {
   const std::string tag = egress_tag(config.state_dir);
   struct stat st {};
   if (stat(("/run/netns/motor-eg-" + tag).c_str(), &st) != 0) return;
   log_warning("removing the egress namespace motor-eg-{} an earlier runner left", tag);
-  sandbox::Egress::remove_leftovers(tag, config.outbound_uplink_netns);
+  netpolicy::Egress::remove_leftovers(tag, config.uplink_netns);
 }
 
-Expected<std::unique_ptr<Outbound>> Outbound::start(uv_loop_t* loop, const Config& config) {
-  auto subnet = sandbox::parse_cidr(config.outbound_subnet);
+Expected<std::unique_ptr<Outbound>> Outbound::start(uv_loop_t* loop, const OutboundSettings& config) {
+  auto subnet = parse_cidr(config.subnet);
   if (!subnet) return subnet.error();
-  sandbox::EgressConfig ec;
+  netpolicy::EgressConfig ec;
   ec.tag = egress_tag(config.state_dir);
-  ec.uplink_netns = config.outbound_uplink_netns;
+  ec.uplink_netns = config.uplink_netns;
   ec.subnet = *subnet;
   for (const auto& text : test_switches().allowed_destinations) {
-    auto cidr = sandbox::parse_cidr(text);
+    auto cidr = parse_cidr(text);
     if (!cidr) return make_error("config", "--test-allow-destination: " + cidr.error().message);
     ec.test_allowed.push_back(*cidr);
   }
-  std::vector<sandbox::Ipv4> upstreams;
-  for (const auto& r : config.outbound_resolvers) upstreams.push_back(*sandbox::parse_ipv4(r));
+  std::vector<Ipv4> upstreams;
+  for (const auto& r : config.resolvers) upstreams.push_back(*parse_ipv4(r));
   if (upstreams.empty()) {
     std::ifstream in("/etc/resolv.conf");
     std::stringstream text;
@@ -45,7 +45,7 @@ Expected<std::unique_ptr<Outbound>> Outbound::start(uv_loop_t* loop, const Confi
     return make_error("config", "outbound_network: no IPv4 nameserver in /etc/resolv.conf; set outbound_resolvers");
 
   auto out = std::make_unique<Outbound>();
-  auto egress = sandbox::Egress::create(ec);
+  auto egress = netpolicy::Egress::create(ec);
   if (!egress) return make_error("config", "outbound_network: setting up the egress namespace: " + egress.error().message);
   out->egress_ = std::move(*egress);
   out->resolver_ = std::make_unique<Resolver>(loop, out->egress_->policy(), *subnet, upstreams,
@@ -54,7 +54,7 @@ Expected<std::unique_ptr<Outbound>> Outbound::start(uv_loop_t* loop, const Confi
   log_info("outbound network: egress namespace {} ({} host addresses blocked{}), uplink {}, {} resolver(s)",
            out->egress_->netns_name(), out->egress_->policy().host_addresses.size(),
            ec.test_allowed.empty() ? "" : "; TEST BUILD allows extra destinations",
-           config.outbound_uplink_netns.empty() ? "the runner's namespace" : config.outbound_uplink_netns,
+           config.uplink_netns.empty() ? "the runner's namespace" : config.uplink_netns,
            upstreams.size());
   return out;
 }
@@ -77,4 +77,4 @@ Expected<sandbox::JobNetworkPlan> Outbound::claim(const std::string& job_id) {
 
 void Outbound::release(const std::string& job_id) { slots_.erase(job_id); }
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "netpolicy/outbound_settings.hpp"
 #include "vm/accelerator.hpp"
 
-namespace motor::runner {
+namespace motor::config {
 
 enum class ShutdownPolicy { kKill, kFinish };
 enum class CgroupMode { kAuto, kV2, kV1 };
@@ -103,7 +104,7 @@ struct Config {
   int64_t shutdown_grace_s = 30;
 
   // Environment names forwarded from the caller besides RUST_*, CARGO_*, NEXTEST_*, LC_*,
-  // RUSTFLAGS, RUSTDOCFLAGS (runner/env_filter.hpp). An entry ending in '*' is a prefix.
+  // RUSTFLAGS, RUSTDOCFLAGS (config/env_filter.hpp). An entry ending in '*' is a prefix.
   std::vector<std::string> env_allow = {"CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS",
                                         "MAKEFLAGS", "LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR",
                                         "PKG_CONFIG_PATH", "GOFLAGS", "PYTHONDONTWRITEBYTECODE"};
@@ -150,4 +151,9 @@ Expected<Config> load_config_file(const std::string& path);
 // followed by "B" or "iB"). Errors (code "config") say what was expected; no origin or line.
 Expected<int64_t> parse_size(std::string_view text);
 
-}  // namespace motor::runner
+// The outbound network's part of the config (netpolicy/outbound.hpp).
+inline netpolicy::OutboundSettings outbound_settings(const Config& c) {
+  return {c.state_dir, c.outbound_uplink_netns, c.outbound_subnet, c.outbound_resolvers};
+}
+
+}  // namespace motor::config

@@ -17,10 +17,10 @@
 
 #include "motor/expected.hpp"
 #include "reactor/uv_handle.hpp"
-#include "runner/dns_filter.hpp"
-#include "sandbox/netpolicy.hpp"
+#include "netpolicy/dns_filter.hpp"
+#include "netpolicy/netpolicy.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
 
 class Resolver {
  public:
@@ -30,7 +30,7 @@ class Resolver {
   static constexpr uint64_t kUpstreamTimeoutMs = 2000;
   static constexpr uint64_t kTcpIdleMs = 10000;
 
-  Resolver(uv_loop_t* loop, sandbox::EgressPolicy policy, sandbox::Cidr job_subnet, std::vector<sandbox::Ipv4> upstreams,
+  Resolver(uv_loop_t* loop, netpolicy::EgressPolicy policy, Cidr job_subnet, std::vector<Ipv4> upstreams,
            int uplink_netns_fd);
   ~Resolver();
   Resolver(const Resolver&) = delete;
@@ -54,9 +54,9 @@ class Resolver {
   Expected<int> upstream_socket();
 
   uv_loop_t* loop_;
-  sandbox::EgressPolicy policy_;
-  sandbox::Cidr job_subnet_;
-  std::vector<sandbox::Ipv4> upstreams_;
+  netpolicy::EgressPolicy policy_;
+  Cidr job_subnet_;
+  std::vector<Ipv4> upstreams_;
   int uplink_netns_fd_;
   reactor::UvHandle<uv_udp_t> udp_;
   reactor::UvHandle<uv_tcp_t> tcp_;
@@ -66,6 +66,6 @@ class Resolver {
 };
 
 // The IPv4 nameservers of a resolv.conf text, in order.
-std::vector<sandbox::Ipv4> resolv_conf_nameservers(std::string_view text);
+std::vector<Ipv4> resolv_conf_nameservers(std::string_view text);
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

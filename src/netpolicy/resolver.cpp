@@ -1,4 +1,4 @@
-#include "runner/resolver.hpp"
+#include "netpolicy/resolver.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,10 +15,10 @@
 #include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/slow_call.hpp"
-#include "runner/log.hpp"
-#include "sandbox/egress.hpp"
+#include "base/log.hpp"
+#include "netpolicy/egress.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
 
 struct Resolver::TcpClient {
   Resolver* owner = nullptr;
@@ -58,12 +58,12 @@ uint16_t random_id() {
   return id;
 }
 
-sandbox::Ipv4 host_order(const sockaddr_in& a) { return ntohl(a.sin_addr.s_addr); }
+Ipv4 host_order(const sockaddr_in& a) { return ntohl(a.sin_addr.s_addr); }
 
 }  // namespace
 
-std::vector<sandbox::Ipv4> resolv_conf_nameservers(std::string_view text) {
-  std::vector<sandbox::Ipv4> out;
+std::vector<Ipv4> resolv_conf_nameservers(std::string_view text) {
+  std::vector<Ipv4> out;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -73,13 +73,13 @@ std::vector<sandbox::Ipv4> resolv_conf_nameservers(std::string_view text) {
     line.remove_prefix(kKey.size());
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
     const size_t end = line.find_first_of(" \t#;\r");
-    if (auto a = sandbox::parse_ipv4(line.substr(0, end))) out.push_back(*a);
+    if (auto a = parse_ipv4(line.substr(0, end))) out.push_back(*a);
   }
   return out;
 }
 
-Resolver::Resolver(uv_loop_t* loop, sandbox::EgressPolicy policy, sandbox::Cidr job_subnet,
-                   std::vector<sandbox::Ipv4> upstreams, int uplink_netns_fd)
+Resolver::Resolver(uv_loop_t* loop, netpolicy::EgressPolicy policy, Cidr job_subnet,
+                   std::vector<Ipv4> upstreams, int uplink_netns_fd)
     : loop_(loop),
       policy_(std::move(policy)),
       job_subnet_(job_subnet),
@@ -89,9 +89,9 @@ Resolver::Resolver(uv_loop_t* loop, sandbox::EgressPolicy policy, sandbox::Cidr 
 Resolver::~Resolver() = default;
 
 Status Resolver::start(int egress_netns_fd) {
-  auto udp = sandbox::socket_in_netns(egress_netns_fd, SOCK_DGRAM | SOCK_NONBLOCK);
+  auto udp = netpolicy::socket_in_netns(egress_netns_fd, SOCK_DGRAM | SOCK_NONBLOCK);
   if (!udp) return make_error(udp.error().code, "resolver: " + udp.error().message);
-  auto tcp = sandbox::socket_in_netns(egress_netns_fd, SOCK_STREAM | SOCK_NONBLOCK);
+  auto tcp = netpolicy::socket_in_netns(egress_netns_fd, SOCK_STREAM | SOCK_NONBLOCK);
   if (!tcp) return make_error(tcp.error().code, "resolver: " + tcp.error().message);
   sockaddr_in any{};
   any.sin_family = AF_INET;
@@ -128,7 +128,7 @@ Status Resolver::start(int egress_netns_fd) {
 
 void Resolver::on_query(std::string_view message, const sockaddr_in& from, TcpClient* tcp) {
   // Only jobs: their addresses are in the jobs' subnet (the egress namespace drops the rest).
-  const sandbox::Ipv4 source = host_order(from);
+  const Ipv4 source = host_order(from);
   if (!job_subnet_.contains(source) || source - job_subnet_.base < 4) return;
   auto query = parse_dns_query(message);
   if (!query) return;  // not something to answer
@@ -148,7 +148,7 @@ void Resolver::on_query(std::string_view message, const sockaddr_in& from, TcpCl
 }
 
 Expected<int> Resolver::upstream_socket() {
-  auto fd = sandbox::socket_in_netns(uplink_netns_fd_, SOCK_DGRAM | SOCK_NONBLOCK);
+  auto fd = netpolicy::socket_in_netns(uplink_netns_fd_, SOCK_DGRAM | SOCK_NONBLOCK);
   if (!fd) return fd.error();
   return fd->release();
 }
@@ -160,7 +160,7 @@ void Resolver::try_upstream(Pending& p) {
     answer(p, dns_failure(p.message, p.query));
     return finish(p);
   }
-  const sandbox::Ipv4 server = upstreams_[p.upstream_index++];
+  const Ipv4 server = upstreams_[p.upstream_index++];
   auto fd = [&] {
     reactor::SlowCall timed("resolver: upstream socket", 2000);
     return upstream_socket();
@@ -292,4 +292,4 @@ void Resolver::close_tcp(TcpClient& c) {
   tcp_clients_.remove_if([&](const std::unique_ptr<TcpClient>& x) { return x.get() == &c; });
 }
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

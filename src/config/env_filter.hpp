@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace motor::runner {
+namespace motor::config {
 
 // Longest environment variable name accepted from a caller, in bytes.
 inline constexpr std::size_t kMaxEnvNameBytes = 256;
@@ -47,4 +47,4 @@ std::vector<std::string> base_job_env(const std::string& home, const std::string
 std::vector<std::string> job_env(const std::string& home, const std::string& user,
                                  const std::vector<std::pair<std::string, std::string>>& forwarded);
 
-}  // namespace motor::runner
+}  // namespace motor::config

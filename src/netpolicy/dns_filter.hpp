@@ -13,7 +13,7 @@
 
 #include "motor/expected.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
 
 struct DnsQuery {
   uint16_t id = 0;
@@ -45,4 +45,4 @@ std::vector<uint32_t> dns_answer_addresses(std::string_view filtered);
 // SERVFAIL (rcode 2) for `query`: the answer when no upstream gave a usable one.
 std::string dns_failure(std::string_view query_message, const DnsQuery& query);
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

@@ -1,5 +1,5 @@
 // Outbound network for jobs (issue 9), as the runner sees it: the egress namespace and its
-// policy (src/sandbox/egress.hpp), the filtering resolver (resolver.hpp), and the per-job /30
+// policy (src/netpolicy/egress.hpp), the filtering resolver (resolver.hpp), and the per-job /30
 // slots. Exists only when the config enables outbound_network.
 #pragma once
 
@@ -8,31 +8,33 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "motor/expected.hpp"
-#include "runner/config.hpp"
-#include "runner/resolver.hpp"
-#include "sandbox/egress.hpp"
+#include "netpolicy/outbound_settings.hpp"
+#include "netpolicy/resolver.hpp"
+#include "netpolicy/egress.hpp"
 #include "sandbox/job_network.hpp"
 
-namespace motor::runner {
+namespace motor::netpolicy {
+
 
 class Outbound {
  public:
   // Start-up only (blocks on `ip`/`nft` child processes): builds the egress namespace after
   // removing what a killed runner with the same state directory left, and starts the resolver.
-  static Expected<std::unique_ptr<Outbound>> start(uv_loop_t* loop, const Config& config);
+  static Expected<std::unique_ptr<Outbound>> start(uv_loop_t* loop, const OutboundSettings& config);
   // With outbound disabled: removes an egress namespace a killed runner left, if any.
-  static void remove_leftovers(const Config& config);
+  static void remove_leftovers(const OutboundSettings& config);
 
   // The job's network: a free /30 slot and the plan its child builds (job_network.hpp).
   Expected<sandbox::JobNetworkPlan> claim(const std::string& job_id);
   void release(const std::string& job_id);
 
-  const sandbox::Egress& egress() const { return *egress_; }
+  const netpolicy::Egress& egress() const { return *egress_; }
 
  private:
-  std::unique_ptr<sandbox::Egress> egress_;
+  std::unique_ptr<netpolicy::Egress> egress_;
   std::unique_ptr<Resolver> resolver_;  // declared after egress_: closed before it goes
   std::map<std::string, uint32_t> slots_;
   uint32_t next_slot_ = 1;
@@ -42,4 +44,4 @@ class Outbound {
 // on one host do not.
 std::string egress_tag(const std::string& state_dir);
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

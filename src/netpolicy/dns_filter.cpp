@@ -1,10 +1,10 @@
-#include "runner/dns_filter.hpp"
+#include "netpolicy/dns_filter.hpp"
 
 #include <algorithm>
 #include <array>
 #include <vector>
 
-namespace motor::runner {
+namespace motor::netpolicy {
 namespace {
 
 constexpr size_t kHeader = 12;
@@ -292,4 +292,4 @@ std::string dns_failure(std::string_view query_message, const DnsQuery& query) {
   return out;
 }
 
-}  // namespace motor::runner
+}  // namespace motor::netpolicy

@@ -1,4 +1,4 @@
-#include "runner/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "motor/sys_error.hpp"
 
-namespace motor::runner {
+namespace motor {
 
 Status write_file_atomically(const std::string& path, std::string_view text, mode_t mode) {
   const size_t slash = path.rfind('/');
@@ -50,4 +50,4 @@ Status write_file_atomically(const std::string& path, std::string_view text, mod
   return {};
 }
 
-}  // namespace motor::runner
+}  // namespace motor

@@ -10,7 +10,7 @@
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
 
-namespace motor::runner {
+namespace motor {
 
 struct HelperProcess {
   pid_t pid = -1;
@@ -27,4 +27,4 @@ Expected<HelperProcess> fork_helper_process(const char* name, const std::functio
 // the runner's log, stays). Returns 3.
 int become_helper_process(int channel, const char* name, pid_t runner);
 
-}  // namespace motor::runner
+}  // namespace motor

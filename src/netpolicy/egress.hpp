@@ -16,9 +16,9 @@
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
-#include "sandbox/netpolicy.hpp"
+#include "netpolicy/netpolicy.hpp"
 
-namespace motor::sandbox {
+namespace motor::netpolicy {
 
 struct EgressConfig {
   std::string tag;            // short [0-9a-f] tag making names unique per runner (state dir)
@@ -73,4 +73,4 @@ Expected<UniqueFd> socket_in_netns(int netns_fd, int type);
 Status run_tool(const std::vector<std::string>& argv, int netns_fd = -1, const std::string& input = "",
                 std::string* out = nullptr);
 
-}  // namespace motor::sandbox
+}  // namespace motor::netpolicy
