@@ -454,16 +454,24 @@ std::string with_request_id(int64_t id, std::string_view record_json) {
   return fmt::format("{{\"id\":{},{}", id, record_json.substr(1));
 }
 
+const char* outcome_type(Outcome::Kind kind) {
+  switch (kind) {
+    case Outcome::Kind::kExit: return "exit";
+    case Outcome::Kind::kSignal: return "signal";
+    case Outcome::Kind::kCancelled: return "cancelled";
+    case Outcome::Kind::kRefusedBeforeStart: return "refused_before_start";
+    case Outcome::Kind::kOutcomeUnknown: return "outcome_unknown";
+    case Outcome::Kind::kHistoryExpired: return "history_expired";
+  }
+  return "outcome_unknown";
+}
+
 void write_outcome(JsonWriter& w, const Outcome& o) {
   w.begin_object();
-  switch (o.kind) {
-    case Outcome::Kind::kExit: w.field("type", "exit").field("code", o.code); break;
-    case Outcome::Kind::kSignal: w.field("type", "signal").field("signal", o.signal); break;
-    case Outcome::Kind::kCancelled: w.field("type", "cancelled"); break;
-    case Outcome::Kind::kRefusedBeforeStart: w.field("type", "refused_before_start").field("reason", o.reason); break;
-    case Outcome::Kind::kOutcomeUnknown: w.field("type", "outcome_unknown"); break;
-    case Outcome::Kind::kHistoryExpired: w.field("type", "history_expired"); break;
-  }
+  w.field("type", outcome_type(o.kind));
+  if (o.kind == Outcome::Kind::kExit) w.field("code", o.code);
+  if (o.kind == Outcome::Kind::kSignal) w.field("signal", o.signal);
+  if (o.kind == Outcome::Kind::kRefusedBeforeStart) w.field("reason", o.reason);
   w.end_object();
 }
 

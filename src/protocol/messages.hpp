@@ -103,6 +103,8 @@ struct Outcome {
   std::string reason;  // kRefusedBeforeStart
 };
 void write_outcome(JsonWriter& w, const Outcome& outcome);
+// The outcome's "type" on the wire (exit, signal, cancelled, ...).
+const char* outcome_type(Outcome::Kind kind);
 Expected<Outcome> parse_outcome(simdjson::dom::element element);
 
 // Transient refusals carry retry_after_ms; a client may try again later.

@@ -68,14 +68,20 @@ void Job::finish_unstarted(protocol::Outcome outcome, std::optional<std::string>
   t.platform = platform_;
   t.seq = log_ ? log_->last_seq() + 1 : 1;
   terminal_json_ = protocol::encode_terminal(t);
-  conclude("ended before it started");
+  conclude("ended before it started", t.outcome);
 }
 
-void Job::conclude(const char* how) {
+void Job::conclude(const char* how, const protocol::Outcome& outcome) {
   state_ = State::kFinished;
   finished_at_ms_ = now_ms();
   if (log_) append_terminal();
-  log_job(id_, "{}: {}", how, terminal_json_);
+  const std::string detail = outcome.kind == protocol::Outcome::Kind::kExit     ? std::to_string(outcome.code)
+                             : outcome.kind == protocol::Outcome::Kind::kSignal ? std::to_string(outcome.signal)
+                                                                                : outcome.reason;
+  log_entry(LogLevel::kInfo,
+            {{"MOTOR_JOB_ID", id_}, {"MOTOR_CALLER", caller_}, {"MOTOR_OUTCOME", protocol::outcome_type(outcome.kind)},
+             {"MOTOR_OUTCOME_DETAIL", detail}},
+            fmt::format("{}: {}", how, terminal_json_));
   pump_all();
   maybe_close_log();
   runner_.job_finished(*this);
@@ -219,8 +225,9 @@ void Job::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   });
 
   watch_oom();
-  log_job(id_, "started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
-          runner_.job_account().name, summary_);
+  log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", id_}, {"MOTOR_CALLER", caller_}},
+            fmt::format("started pid {} in cgroup {} on cpus {} as {}: {}", pid_, cgroup_name_, cpus_.list(),
+                        runner_.job_account().name, summary_));
   // Cancelled or past its deadline while the starter worked: kill what now exists.
   if (kill_issued_) kill_tree(nullptr);
 }
@@ -559,7 +566,7 @@ void Job::finish() {
   // The pipes are closed; their read buffers need not outlive the job.
   stdout_.reset();
   stderr_.reset();
-  conclude("finished");
+  conclude("finished", t.outcome);
 }
 
 void Job::append_record(const std::string& json) {

@@ -162,7 +162,7 @@ class Job : private vm::VmJobSink {
   void maybe_close_log();
   // The end of the job, however it ended (terminal_json_ is set): finished, the terminal
   // record logged (or kept for followers), the runner told.
-  void conclude(const char* how);
+  void conclude(const char* how, const protocol::Outcome& outcome);
   // The last seq a follower can get: the log's, or one more for a terminal it lacks.
   int64_t last_seq() const;
   // Sends what `f` has room for (at most *budget bytes, if given); true if the budget ran out

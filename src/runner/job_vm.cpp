@@ -140,7 +140,7 @@ void Job::vm_finished(const vm::VmOutcome& o) {
   terminal_json_ = protocol::encode_terminal(t);
   deadline_.close();
   // vm_ is not destroyed inside its own callback: it goes with the job.
-  conclude("finished");
+  conclude("finished", t.outcome);
 }
 
 }  // namespace motor::runner

@@ -55,6 +55,10 @@ class Runner {
   Status start();
 
   const Config& config() const { return config_; }
+  // Where SIGHUP reads the config again (unset: SIGHUP only logs that nothing was reloaded).
+  void set_config_source(std::function<Expected<Config>()> source) { config_source_ = std::move(source); }
+  // SIGHUP: takes the keys that may change while running, logs the changed ones it kept.
+  void reload();
   uv_loop_t* loop() const { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
   JobStarter& job_starter() { return job_starter_; }
@@ -140,6 +144,7 @@ class Runner {
 
   uv_loop_t* loop_;
   Config config_;
+  std::function<Expected<Config>()> config_source_;
   sandbox::Account job_account_;
   std::string job_group_name_;
   std::string init_path_;  // motor-init on the host
