@@ -83,6 +83,67 @@ std::string take_test_flag(const std::string& arg) {
   return "unknown test switch " + name;
 }
 
+// `gate`: the attacks named by --attack (comma lists, repeatable), all when none.
+int run_gate_verb(const motor::cli::ParsedCommand& cmd, const motor::runner::Config& config, const std::string& origin) {
+  motor::gate::GateOptions gate;
+  if (origin != "embedded default config") gate.config_path = origin;
+  if (const std::string* dir = cmd.value("--state-dir")) gate.state_dir = *dir;
+  gate.json = cmd.has("--json");
+  const auto known = motor::gate::attack_ids();
+  if (cmd.has("--attack")) {
+    for (const auto& list : cmd.values.at("--attack")) {
+      for (size_t start = 0; start <= list.size();) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        if (comma > start) gate.attacks.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+      }
+    }
+  }
+  for (const auto& id : gate.attacks) {
+    if (std::find(known.begin(), known.end(), id) == known.end())
+      return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
+  }
+  return motor::gate::run_gate(config, gate);
+}
+
+// `serve`: the runner on one loop until it stops; SIGHUP reads `origin` again.
+int serve(const motor::runner::Config& config, const std::string& origin) {
+  using namespace motor::runner;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  int code = 0;
+  {
+    Runner runner(&loop, config);
+    if (origin != "embedded default config") {
+      // The command line's overrides hold for a reloaded file too.
+      runner.set_config_source([origin, state_dir = config.state_dir, socket = config.socket_path, parent = config.cgroup_parent] {
+        auto next = load_config_file(origin);
+        if (next) {
+          next->state_dir = state_dir;
+          next->socket_path = socket;
+          next->cgroup_parent = parent;
+        }
+        return next;
+      });
+    }
+    if (auto s = runner.start(); !s) {
+      log_error("cannot start: {}", s.error().message);
+      code = s.error().code == "config" ? kExitConfig : 1;
+    } else {
+      uv_run(&loop, UV_RUN_DEFAULT);
+      log_info("stopped");
+    }
+  }
+  // Let every handle's close callback run, then release the loop.
+  uv_run(&loop, UV_RUN_NOWAIT);
+  uv_walk(&loop, [](uv_handle_t* h, void*) {
+    if (!uv_is_closing(h)) uv_close(h, nullptr);
+  }, nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,27 +192,7 @@ int main(int argc, char** argv) {
     fmt::print("motor-runner: {} is valid\n", origin);
     return 0;
   }
-  if (cmd.verb == "gate") {
-    motor::gate::GateOptions gate;
-    if (origin != "embedded default config") gate.config_path = origin;
-    if (const std::string* dir = cmd.value("--state-dir")) gate.state_dir = *dir;
-    gate.json = cmd.has("--json");
-    const auto known = motor::gate::attack_ids();
-    if (cmd.has("--attack")) {
-      for (const auto& list : cmd.values.at("--attack")) {
-        for (size_t start = 0; start <= list.size();) {
-          const size_t comma = std::min(list.find(',', start), list.size());
-          if (comma > start) gate.attacks.push_back(list.substr(start, comma - start));
-          start = comma + 1;
-        }
-      }
-    }
-    for (const auto& id : gate.attacks) {
-      if (std::find(known.begin(), known.end(), id) == known.end())
-        return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
-    }
-    return motor::gate::run_gate(*config, gate);
-  }
+  if (cmd.verb == "gate") return run_gate_verb(cmd, *config, origin);
   if (const std::string* dir = cmd.value("--state-dir")) config->state_dir = *dir;
   if (const std::string* sock = cmd.value("--socket")) config->socket_path = *sock;
   if (cmd.verb == "connect") {
@@ -189,37 +230,5 @@ int main(int argc, char** argv) {
     }
   }
 
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  int code = 0;
-  {
-    Runner runner(&loop, *config);
-    if (origin != "embedded default config") {
-      // The command line's overrides hold for a reloaded file too.
-      runner.set_config_source([origin, state_dir = config->state_dir, socket = config->socket_path, parent = config->cgroup_parent] {
-        auto next = load_config_file(origin);
-        if (next) {
-          next->state_dir = state_dir;
-          next->socket_path = socket;
-          next->cgroup_parent = parent;
-        }
-        return next;
-      });
-    }
-    if (auto s = runner.start(); !s) {
-      log_error("cannot start: {}", s.error().message);
-      code = s.error().code == "config" ? kExitConfig : 1;
-    } else {
-      uv_run(&loop, UV_RUN_DEFAULT);
-      log_info("stopped");
-    }
-  }
-  // Let every handle's close callback run, then release the loop.
-  uv_run(&loop, UV_RUN_NOWAIT);
-  uv_walk(&loop, [](uv_handle_t* h, void*) {
-    if (!uv_is_closing(h)) uv_close(h, nullptr);
-  }, nullptr);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
-  return code;
+  return serve(*config, origin);
 }
