@@ -1,4 +1,5 @@
 // motor: the client. See `motor --help` and docs/protocol.md.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -6,16 +7,32 @@
 #include <fmt/format.h>
 
 #include "client/cli.hpp"
+#include "client/cli_spec.hpp"
 #include "client/exit_codes.hpp"
 #include "client/screen_command.hpp"
 #include "motor/version.hpp"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  const motor::cli::ProgramSpec& program = motor::client::client_program();
+  const motor::cli::VerbSpec* verb = nullptr;  // the first word that is not an option
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (!a.empty() && a[0] != '-') {
+      verb = motor::cli::find_verb(program, a);
+      break;
+    }
+  }
+  if (verb != nullptr && verb->name == "docs") {
+    const bool man = std::find(args.begin(), args.end(), "--man") != args.end();
+    fmt::print("{}", man ? motor::cli::man_page(program) : motor::cli::bash_completion(program));
+    return 0;
+  }
   for (const auto& a : args) {
     if (a == "--") break;
     if (a == "--help" || a == "-h") {
-      fmt::print("{}", motor::client::usage_text());
+      fmt::print("{}", verb != nullptr ? motor::cli::verb_help(program, *verb)
+                                       : motor::cli::usage_text(program) + "\n" + std::string(program.description) + "\n");
       return 0;
     }
     if (a == "--version") {

@@ -5,11 +5,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "motor/expected.hpp"
+#include "base/log_level.hpp"
 #include "netpolicy/outbound_settings.hpp"
 #include "vm/accelerator.hpp"
 
@@ -103,8 +105,11 @@ struct Config {
   ShutdownPolicy shutdown = ShutdownPolicy::kKill;
   int64_t shutdown_grace_s = 30;
 
+  // Least severe messages logged.
+  LogLevel log_level = LogLevel::kInfo;
+
   // Environment names forwarded from the caller besides RUST_*, CARGO_*, NEXTEST_*, LC_*,
-  // RUSTFLAGS, RUSTDOCFLAGS (config/env_filter.hpp). An entry ending in '*' is a prefix.
+  // RUSTFLAGS, RUSTDOCFLAGS (runner/env_filter.hpp). An entry ending in '*' is a prefix.
   std::vector<std::string> env_allow = {"CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS",
                                         "MAKEFLAGS", "LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR",
                                         "PKG_CONFIG_PATH", "GOFLAGS", "PYTHONDONTWRITEBYTECODE"};
@@ -135,9 +140,18 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+// Where `serve`, `gate` and `check-config` look without --config; when it is absent the
+// embedded defaults apply.
+inline constexpr std::string_view kDefaultConfigPath = "/etc/motor/motor-runner.conf";
+
 // The embedded default config as text, exactly what a config file with every key at its default
-// would say (also shipped as conf/motor-runner.conf).
+// would say (also shipped as conf/motor-runner.conf). Generated from the key table
+// (config_keys.cpp), like the two texts below.
 std::string_view default_config_text();
+// The "## Keys" part of docs/configuration.md (Markdown tables, one per section).
+std::string config_reference_markdown();
+// motor-runner.conf(5), in roff.
+std::string config_man_page();
 
 // Parses config text over the defaults. Errors (code "config") name the origin, the line and the
 // key: `config /etc/motor.conf line 7: default_timeout_s: expected a whole number of seconds,
@@ -146,6 +160,18 @@ Expected<Config> parse_config(std::string_view text, std::string_view origin = "
 
 // Reads and parses a file; a missing file is an error naming the path.
 Expected<Config> load_config_file(const std::string& path);
+
+// The runner's config: `path` when given (missing is an error), else kDefaultConfigPath when it
+// exists, else the embedded defaults. `origin` is set to what was read.
+Expected<Config> load_runner_config(const std::optional<std::string>& path, std::string& origin);
+
+// SIGHUP: copies the keys that may change while running (Reload::kLive) from `next` into `live`.
+// Returns the names of the keys whose values differ, split into taken and kept (need a restart).
+struct ReloadOutcome {
+  std::vector<std::string> applied;
+  std::vector<std::string> kept;
+};
+ReloadOutcome apply_reload(Config& live, const Config& next);
 
 // Parses sizes like "512", "64K", "2G" (powers of 1024; suffix K, M or G, either case, optionally
 // followed by "B" or "iB"). Errors (code "config") say what was expected; no origin or line.

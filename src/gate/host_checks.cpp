@@ -237,10 +237,22 @@ std::vector<HostCheck> check_accounts(const config::Config& config, std::vector<
 
 // Bounded ownership scan: files owned (user or group) by a service account under host paths a
 // job must never be able to change.
+// A subtree the runner hands to one account by design (the Git mirrors and bundle transfers to
+// workspace_git_user, the VM work and data disks to motor-qemu): that account owning what is in
+// it is not a finding; any other service account still is.
+struct GrantedTree {
+  std::string prefix;
+  AccountIds account;
+};
+
+bool under(const std::string& path, const std::string& prefix) {
+  return path == prefix || path.rfind(prefix + "/", 0) == 0;
+}
+
 struct ScanState {
   const std::vector<AccountIds>* ids = nullptr;
   std::string skip_prefix;           // the workspace root: motor-job owns workspaces by design
-  uid_t skip_uid = 0;
+  std::vector<GrantedTree> granted;
   size_t entries = 0;
   size_t max_entries = 0;
   int64_t deadline_ms = 0;
@@ -263,6 +275,10 @@ int scan_entry(const char* path, const struct stat* st, int type, FTW* ftw) {
   if (type == FTW_NS) return FTW_CONTINUE;
   for (const auto& a : *s.ids) {
     if (st->st_uid == a.uid || st->st_gid == a.gid) {
+      const bool by_design = std::any_of(s.granted.begin(), s.granted.end(), [&](const GrantedTree& g) {
+        return g.account.uid == a.uid && under(p, g.prefix);
+      });
+      if (by_design) break;
       if (s.found.size() < 8) {
         s.found.push_back(fmt::format("{} ({} {})", p, st->st_uid == a.uid ? "owned by" : "group", a.name));
       } else if (s.found.size() == 8) {
@@ -281,6 +297,15 @@ HostCheck check_ownership(const config::Config& config, const std::vector<Accoun
   ScanState s;
   s.ids = &ids;
   s.skip_prefix = config.effective_workspace_root();
+  auto grant = [&](const std::string& prefix, const std::string& account) {
+    for (const auto& a : ids) {
+      if (a.name == account) s.granted.push_back({prefix, a});
+    }
+  };
+  grant(config.state_dir + "/mirrors", config.workspace_git_user);
+  grant(config.state_dir + "/transfers", config.workspace_git_user);
+  grant(config.vm_dir, "motor-qemu");
+  grant(config.vm_data_dir, "motor-qemu");
   s.max_entries = 1'000'000;
   s.deadline_ms = now_ms() + 60'000;
   g_scan = &s;
@@ -292,7 +317,9 @@ HostCheck check_ownership(const config::Config& config, const std::vector<Accoun
     if (s.truncated) break;
   }
   g_scan = nullptr;
-  const std::string where = fmt::format("{} (workspaces excluded), {} entries", fmt::join(scanned, ", "), s.entries);
+  const std::string where = fmt::format(
+      "{} (workspaces excluded; mirrors and transfers of {}, VM disks of motor-qemu allowed), {} entries",
+      fmt::join(scanned, ", "), config.workspace_git_user, s.entries);
   if (!s.found.empty()) {
     return fail("service accounts own nothing", fmt::format("found: {} in {}", fmt::join(s.found, ", "), where),
                 "chown root:root each path (a service account must not own host files or directories a job could change "

@@ -283,7 +283,15 @@ void Job::set_terminal(const protocol::TerminalRecord& t) {
 }
 
 void Job::conclude(const char* how) {
-  log_job(id_, "{}: {}", how, record_.terminal_json());
+  // Structured fields for the journal (base/log.hpp); on stderr they follow the line.
+  const protocol::Outcome& o = outcome_;
+  const std::string detail = o.kind == protocol::Outcome::Kind::kExit     ? std::to_string(o.code)
+                             : o.kind == protocol::Outcome::Kind::kSignal ? std::to_string(o.signal)
+                                                                          : o.reason;
+  log_entry(LogLevel::kInfo,
+            {{"MOTOR_JOB_ID", id_}, {"MOTOR_CALLER", caller_}, {"MOTOR_OUTCOME", protocol::to_wire(o.kind)},
+             {"MOTOR_OUTCOME_DETAIL", detail}},
+            fmt::format("{}: {}", how, record_.terminal_json()));
   host_.job_finished(*this);
 }
 

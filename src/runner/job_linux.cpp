@@ -125,7 +125,8 @@ void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
     if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->confirm_started();
   });
   watch_oom();
-  log(fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
+  log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
+            fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
                   launch_.cgroup_name, launch_.cpus.list(),
                   launch_.account->name, launch_.summary));
   // Cancelled or past its deadline while the starter worked: kill what now exists.

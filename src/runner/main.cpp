@@ -18,36 +18,36 @@
 #include "motor/version.hpp"
 #include "config/config.hpp"
 #include "runner/connect.hpp"
+#include "runner/delegated_cgroup.hpp"
 #include "base/log.hpp"
 #include "runner/runner.hpp"
+#include "runner/runner_cli.hpp"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage:
-  motor-runner serve [--config FILE] [--state-dir DIR] [--socket PATH]
-  motor-runner connect [--caller NAME] [--config FILE] [--socket PATH]
-  motor-runner gate [--config FILE] [--state-dir DIR] [--attack ID[,ID...]] [--json]
-  motor-runner --version
-
-serve    runs the daemon on one event loop (as root); without --config it uses the embedded
-         default config (motor-runner print-config shows it).
-connect  bridges stdin/stdout to the runner's socket, for an authorized_keys forced command:
-           command="motor-runner connect --caller alice" ssh-ed25519 ...
-gate     host checks, then attacks run as real jobs through a runner started with this config
-         (temporary state directory and socket unless --state-dir); exit 0 only if every
-         control held (docs/server-gate.md). --attack runs only the named attacks.
-)";
-
-struct Options {
-  std::string command;
-  std::optional<std::string> config, state_dir, socket, caller;
-  bool json = false;
-  std::vector<std::string> attacks;  // gate --attack
-};
-
 int usage_error(const std::string& message) {
-  fmt::print(stderr, "motor-runner: {}\n{}", message, kUsage);
+  fmt::print(stderr, "motor-runner: {}\n{}", message, motor::cli::usage_text(motor::runner::runner_program()));
   return 64;
+}
+
+constexpr int kExitConfig = 78;  // EX_CONFIG, as sshd -t
+
+int config_error(const std::string& message) {
+  fmt::print(stderr, "motor-runner: {}\n", message);
+  return kExitConfig;
+}
+
+// The generated reference texts (`motor-runner docs --...`).
+int print_docs(const motor::cli::ParsedCommand& cmd) {
+  using namespace motor;
+  using namespace motor::runner;
+  using namespace motor::config;
+  if (cmd.has("--config-reference")) fmt::print("{}", config_reference_markdown());
+  else if (cmd.has("--config-man")) fmt::print("{}", config_man_page());
+  else if (cmd.has("--man")) fmt::print("{}", motor::cli::man_page(runner_program()));
+  else if (cmd.has("--completion")) fmt::print("{}", motor::cli::bash_completion(runner_program()));
+  else return usage_error("docs needs one of --config-reference, --config-man, --man, --completion");
+  return 0;
 }
 
 #ifdef MOTOR_TESTING
@@ -86,114 +86,54 @@ std::string take_test_flag(const std::string& arg) {
   return "unknown test switch " + name;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace motor;
-  using namespace motor::runner;
-  using namespace motor::config;
-  Options opt;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](std::optional<std::string>& out) -> bool {
-      const auto eq = a.find('=');
-      if (eq != std::string::npos) {
-        out = a.substr(eq + 1);
-        return true;
-      }
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    if (a == "--version") {
-      fmt::print("motor-runner {} (protocol {})\n", motor::kVersion, motor::kProtocolVersion);
-      return 0;
-    }
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    bool ok = true;
-    if (a == "--json") opt.json = true;
-    else if (a.rfind("--attack", 0) == 0) {
-      std::optional<std::string> list;
-      ok = value(list);
-      for (size_t start = 0; ok && start <= list->size();) {
-        const size_t comma = std::min(list->find(',', start), list->size());
-        if (comma > start) opt.attacks.push_back(list->substr(start, comma - start));
+// `gate`: the attacks named by --attack (comma lists, repeatable), all when none.
+int run_gate_verb(const motor::cli::ParsedCommand& cmd, const motor::config::Config& config, const std::string& origin) {
+  motor::gate::GateOptions gate;
+  if (origin != "embedded default config") gate.config_path = origin;
+  if (const std::string* dir = cmd.value("--state-dir")) gate.state_dir = *dir;
+  gate.json = cmd.has("--json");
+  const auto known = motor::gate::attack_ids();
+  if (cmd.has("--attack")) {
+    for (const auto& list : cmd.values.at("--attack")) {
+      for (size_t start = 0; start <= list.size();) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        if (comma > start) gate.attacks.push_back(list.substr(start, comma - start));
         start = comma + 1;
       }
     }
-    else if (a.rfind("--test-", 0) == 0) {
-      if (auto problem = take_test_flag(a); !problem.empty()) return usage_error(problem);
-    }
-    else if (a.rfind("--config", 0) == 0) ok = value(opt.config);
-    else if (a.rfind("--state-dir", 0) == 0) ok = value(opt.state_dir);
-    else if (a.rfind("--socket", 0) == 0) ok = value(opt.socket);
-    else if (a.rfind("--caller", 0) == 0) ok = value(opt.caller);
-    else if (a.rfind("--", 0) == 0) return usage_error("unknown option " + a);
-    else if (opt.command.empty()) opt.command = a;
-    else return usage_error("unexpected argument " + a);
-    if (!ok) return usage_error(a + " needs a value");
   }
-  if (opt.command.empty()) return usage_error("no command given");
+  for (const auto& id : gate.attacks) {
+    if (std::find(known.begin(), known.end(), id) == known.end())
+      return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
+  }
+  return motor::gate::run_gate(config, gate);
+}
 
-  auto config = opt.config ? load_config_file(*opt.config) : parse_config(default_config_text(), "embedded default config");
-  if (!config) {
-    fmt::print(stderr, "motor-runner: {}\n", config.error().message);
-    return 78;  // EX_CONFIG
-  }
-  if (opt.command == "gate") {
-    if (opt.socket || opt.caller) return usage_error("gate takes --config, --state-dir and --json");
-    motor::gate::GateOptions gate;
-    gate.config_path = opt.config;
-    gate.state_dir = opt.state_dir;
-    gate.json = opt.json;
-    const auto known = motor::gate::attack_ids();
-    for (const auto& id : opt.attacks) {
-      if (std::find(known.begin(), known.end(), id) == known.end())
-        return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
-    }
-    gate.attacks = opt.attacks;
-    return motor::gate::run_gate(*config, gate);
-  }
-  if (opt.json || !opt.attacks.empty()) return usage_error("--json and --attack are options of gate");
-  if (opt.state_dir) config->state_dir = *opt.state_dir;
-  if (opt.socket) config->socket_path = *opt.socket;
-
-  if (opt.command == "print-config") {
-    fmt::print("{}", default_config_text());
-    return 0;
-  }
-  if (opt.command == "connect") return run_connect_bridge(config->socket_path, opt.caller);
-  if (opt.command != "serve") return usage_error("unknown command " + opt.command);
-
-  if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
-  if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
-  log_init();
-  for (const auto& control : motor::weakened_control_names())
-    log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
-  for (const auto& cidr : motor::test_switches().allowed_destinations)
-    log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
-  if (const unsigned ms = motor::test_switches().state_save_delay_ms)
-    log_warning("TEST BUILD: every state save waits {} ms (--test-slow-state-save)", ms);
-  // Every client session is a socket: take the whole open-file allowance the host grants.
-  rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
-
+// `serve`: the runner on one loop until it stops; SIGHUP reads `origin` again.
+int serve(const motor::config::Config& config, const std::string& origin) {
+  using namespace motor;
+  using namespace motor::runner;
+  using namespace motor::config;
   uv_loop_t loop;
   uv_loop_init(&loop);
   int code = 0;
   {
-    Runner runner(&loop, *config);
+    Runner runner(&loop, config);
+    if (origin != "embedded default config") {
+      // The command line's overrides hold for a reloaded file too.
+      runner.set_config_source([origin, state_dir = config.state_dir, socket = config.socket_path, parent = config.cgroup_parent] {
+        auto next = load_config_file(origin);
+        if (next) {
+          next->state_dir = state_dir;
+          next->socket_path = socket;
+          next->cgroup_parent = parent;
+        }
+        return next;
+      });
+    }
     if (auto s = runner.start(); !s) {
       log_error("cannot start: {}", s.error().message);
-      code = 1;
+      code = s.error().code == "config" ? kExitConfig : 1;
     } else {
       uv_run(&loop, UV_RUN_DEFAULT);
       log_info("stopped");
@@ -207,4 +147,95 @@ int main(int argc, char** argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace motor;
+  using namespace motor::runner;
+  using namespace motor::config;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--version") {
+      fmt::print("motor-runner {} (protocol {})\n", motor::kVersion, motor::kProtocolVersion);
+      return 0;
+    }
+    if (a.rfind("--test-", 0) == 0) {
+      if (auto problem = take_test_flag(a); !problem.empty()) return usage_error(problem);
+      continue;
+    }
+    args.push_back(a);
+  }
+  auto parsed = motor::cli::parse_command(runner_program(), args);
+  if (!parsed) return usage_error(parsed.error().message);
+  const motor::cli::ParsedCommand& cmd = *parsed;
+  if (cmd.verb.empty()) {
+    if (cmd.help) {
+      fmt::print("{}", motor::cli::usage_text(runner_program()));
+      return 0;
+    }
+    return usage_error("no command given");
+  }
+  if (cmd.help) {
+    fmt::print("{}", motor::cli::verb_help(runner_program(), *motor::cli::find_verb(runner_program(), cmd.verb)));
+    return 0;
+  }
+  if (cmd.verb == "docs") return print_docs(cmd);
+  if (cmd.verb == "print-config") {
+    fmt::print("{}", default_config_text());
+    return 0;
+  }
+  const bool takes_file = cmd.verb == "check-config";
+  if (cmd.operands.size() > (takes_file ? 1U : 0U)) return usage_error("unexpected argument " + cmd.operands.back());
+  std::optional<std::string> config_path;
+  if (const std::string* c = cmd.value("--config")) config_path = *c;
+  if (takes_file && !cmd.operands.empty()) config_path = cmd.operands.front();
+  std::string origin;
+  auto config = load_runner_config(config_path, origin);
+  if (!config) return config_error(config.error().message);
+  if (cmd.verb == "check-config") {
+    fmt::print("motor-runner: {} is valid\n", origin);
+    return 0;
+  }
+  if (cmd.verb == "gate") return run_gate_verb(cmd, *config, origin);
+  if (const std::string* dir = cmd.value("--state-dir")) config->state_dir = *dir;
+  if (const std::string* sock = cmd.value("--socket")) config->socket_path = *sock;
+  if (cmd.verb == "connect") {
+    std::optional<std::string> caller;
+    if (const std::string* c = cmd.value("--caller")) caller = *c;
+    return run_connect_bridge(config->socket_path, caller);
+  }
+
+  if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
+  if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
+  log_init();
+  log_set_level(config->log_level);
+  for (const auto& control : motor::weakened_control_names())
+    log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
+  for (const auto& cidr : motor::test_switches().allowed_destinations)
+    log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
+  if (const unsigned ms = motor::test_switches().state_save_delay_ms)
+    log_warning("TEST BUILD: every state save waits {} ms (--test-slow-state-save)", ms);
+  // Every client session is a socket: take the whole open-file allowance the host grants.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
+  if (config->cgroup_mode != CgroupMode::kV1) {
+    auto delegated = enter_delegated_cgroup(config->cgroup_parent);
+    if (!delegated) {
+      log_error("cannot start: the delegated cgroup: {}", delegated.error().message);
+      return 1;
+    }
+    if (*delegated) {
+      log_info("cgroups: systemd delegated {}; jobs go under it", **delegated);
+      config->cgroup_parent = **delegated;
+    }
+  }
+
+  return serve(*config, origin);
 }

@@ -185,15 +185,13 @@ Status Runner::start_timers_and_signals() {
     }, sig == &sigterm_ ? SIGTERM : SIGINT);
   }
   // SIGHUP (a reload by convention, sent by `systemctl reload` and by hangups) must not end the
-  // runner and orphan its jobs: it is taken on the loop. There is no log file to reopen (the log
-  // is stderr or the journal), and reloading the config is not built yet (issue 19).
+  // runner and orphan its jobs: it is taken on the loop and reloads the config (runner_reload.cpp).
   if (const int rc = uv_signal_init(loop_, sighup_.get()); rc != 0) {
     return make_error("io", fmt::format("uv_signal_init: {}", uv_strerror(rc)));
   }
   sighup_.initialized(this);
-  if (const int rc = uv_signal_start(sighup_.get(), [](uv_signal_t*, int) {
-        log_warning("SIGHUP: reloading the configuration is not implemented yet; every key keeps its value from "
-                    "the start, and the runner keeps serving (restart it to apply a changed config)");
+  if (const int rc = uv_signal_start(sighup_.get(), [](uv_signal_t* h, int) {
+        if (auto* self = reactor::owner_of<Runner>(h)) self->reload();
       }, SIGHUP); rc != 0) {
     return make_error("io", fmt::format("uv_signal_start(SIGHUP): {}", uv_strerror(rc)));
   }

@@ -62,6 +62,10 @@ class Runner : public JobHost, private AdmissionHost {
   Status start();
 
   const config::Config& config() const { return config_; }
+  // Where SIGHUP reads the config again (unset: SIGHUP only logs that nothing was reloaded).
+  void set_config_source(std::function<Expected<config::Config>()> source) { config_source_ = std::move(source); }
+  // SIGHUP: takes the keys that may change while running, logs the changed ones it kept.
+  void reload();
   uv_loop_t* loop() const override { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
   JobStarter& job_starter() { return job_starter_; }
@@ -180,6 +184,7 @@ class Runner : public JobHost, private AdmissionHost {
   Status start_timers_and_signals();
   uv_loop_t* loop_;
   config::Config config_;
+  std::function<Expected<config::Config>()> config_source_;
   sandbox::Account job_account_;
   std::string job_group_name_;
   std::string init_path_;  // motor-init on the host
