@@ -14,7 +14,7 @@
 
 using motor::fuzz::check;
 
-namespace r = motor::runner;
+namespace r = motor::config;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
