@@ -672,10 +672,12 @@ TEST_F(RunnerNetwork, VmPreparationGetsTheOutboundJobsFilteredNetwork) {
                              "vm_prepare_command = \"python3 /workspace/probe.py links tcp:198.51.100.7:{2} "
                              "tcp:10.9.9.9:{2}; exit 9\"\n",
                              guest, r->dir(), kPort));
+  ASSERT_TRUE(r->start()) << r->log();
+  // The workspace's opaque name needs the runner's name key, made at its start.
   const std::string ws = r->workspace("default");
+  ASSERT_FALSE(ws.empty());
   std::filesystem::create_directories(ws);
   write_file(ws + "/probe.py", kProbe);
-  ASSERT_TRUE(r->start()) << r->log();
   RawClient c(r->socket());
   ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"true","platform":"windows","memory":"256M"}})"));
   std::string err, terminal;
