@@ -256,7 +256,8 @@ std::optional<std::vector<std::pair<std::string, StatRecord>>> read_index_entrie
 
 void save_fingerprint(const std::string& path, const std::string& root, const std::string& tree,
                       const std::string& private_index, const FingerprintStart& start) {
-  unlink(path.c_str());  // whatever follows, the old one no longer describes the checkout
+  // An old fingerprint stays true while it holds: if every stat still matches, the tree is the
+  // one it names. So it is only ever replaced by a new one, never removed for want of one.
   if (!start.usable || root.find('\n') != std::string::npos) return;
   auto entries = read_index_entries(private_index);
   if (!entries) return;

@@ -58,7 +58,7 @@ std::vector<std::string> git_config_files(const std::string& git_dir);
 FingerprintStart begin_fingerprint(const std::string& root, const std::string& git_dir, const std::string& reference_dir);
 
 // After a successful sync to `tree`: writes the fingerprint from `start` and the private index git
-// wrote, if every rule holds (otherwise removes any old one: the next run syncs in full).
+// wrote, if every rule holds (otherwise any old one stays: it names its own tree and stat data).
 void save_fingerprint(const std::string& path, const std::string& root, const std::string& tree,
                       const std::string& private_index, const FingerprintStart& start);
 
