@@ -2,24 +2,16 @@
 // man page and completion of `motor` are what the table generates.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cli/command_spec.hpp"
 #include "client/cli_spec.hpp"
 #include "runner/runner_cli.hpp"
+#include "source_file.hpp"
 
 namespace motor {
 namespace {
 
-std::string read_source_file(const std::string& relative) {
-  std::ifstream in(std::filesystem::path(MOTOR_SOURCE_DIR) / relative);
-  EXPECT_TRUE(in) << "cannot read " << relative;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_source_file;
 
 TEST(CommandSpec, VerbHelpShowsThatVerbsOptionsOnly) {
   const auto& motor = client::client_program();

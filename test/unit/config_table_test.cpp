@@ -4,15 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "cli/command_spec.hpp"
 #include "config/config.hpp"
 #include "config/config_keys.hpp"
 #include "runner/runner_cli.hpp"
+#include "source_file.hpp"
 
 namespace motor::runner {
 namespace {
@@ -21,14 +20,7 @@ using namespace motor::config;
 using config_detail::config_keys;
 using config_detail::Reload;
 
-std::string read_source_file(const std::string& relative) {
-  // MOTOR_SOURCE_DIR, not __FILE__: a compiler cache may make __FILE__ relative.
-  std::ifstream in(std::filesystem::path(MOTOR_SOURCE_DIR) / relative);
-  EXPECT_TRUE(in) << "cannot read " << relative;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_source_file;
 
 constexpr const char* kRegenerate = "run scripts/generate-docs after changing the key table or a command";
 

@@ -8,8 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
+
+#include "source_file.hpp"
 
 namespace motor::config {
 namespace {
@@ -68,14 +69,7 @@ TEST(ConfigDefaults, EmbeddedTextSetsEveryKey) {
 }
 
 TEST(ConfigDefaults, ShippedExampleIsTheEmbeddedText) {
-  namespace fs = std::filesystem;
-  // MOTOR_SOURCE_DIR, not __FILE__: a compiler cache may make __FILE__ relative.
-  const fs::path conf = fs::path(MOTOR_SOURCE_DIR) / "conf" / "motor-runner.conf";
-  std::ifstream in(conf);
-  ASSERT_TRUE(in) << "cannot read " << conf;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), default_config_text());
+  EXPECT_EQ(test::read_source_file("conf/motor-runner.conf"), default_config_text());
 }
 
 TEST(ConfigDefaults, EffectiveWorkspaceRoot) {
