@@ -11,35 +11,26 @@
 #include <fmt/format.h>
 
 #include "client/checkout_fingerprint.hpp"
+#include "support/checkout_fixture.hpp"
 #include "support/runner_harness.hpp"
 #include "support/shell.hpp"
 
 namespace motor::test {
 namespace {
 
-class RunnerUnchangedSync : public ::testing::Test {
+class RunnerUnchangedSync : public CheckoutAndRunner {
  protected:
-  void SetUp() override {
-    MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
-    MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
-    base_ = make_temp_dir();
-    repo_ = base_ + "/repo";
-    sh(base_, git_init_script("repo") + " && printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src empty && "
-              "echo 'fn main() {}' > src/main.rs && for i in 1 2 3 4 5; do echo line $i > f$i.txt; done && "
-              "git add -A && git commit -qm init");
-    runner_ = std::make_unique<RunnerProcess>();
-    ASSERT_TRUE(runner_->start()) << runner_->log();
-  }
-  void TearDown() override {
-    runner_.reset();
-    remove_tree(base_);
+  std::string checkout_script() const override {
+    return "printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src empty && echo 'fn main() {}' > src/main.rs && "
+           "for i in 1 2 3 4 5; do echo line $i > f$i.txt; done";
   }
   // `motor run -c command` in the checkout; git's trace (GIT_TRACE) goes to a file of its own
   // (the client collects git's stderr), emptied before each run.
   CommandResult run(const std::string& command) {
     write_file(trace(), "");
-    auto r = runner_->client_in(repo_, {"run", "-w", "k", "-c", command},
-                                {"XDG_CACHE_HOME=" + base_ + "/cache", "GIT_TRACE=" + trace()});
+    std::vector<std::string> env = env_;
+    env.push_back("GIT_TRACE=" + trace());
+    auto r = runner_->client_in(repo_, {"run", "-w", "k", "-c", command}, env);
     r.err += read_file(trace());
     return r;
   }
@@ -54,8 +45,6 @@ class RunnerUnchangedSync : public ::testing::Test {
     EXPECT_FALSE(git_ran(r)) << r.err;
   }
 
-  std::string base_, repo_;
-  std::unique_ptr<RunnerProcess> runner_;
 };
 
 TEST_F(RunnerUnchangedSync, AnUnchangedCheckoutStartsNoGitAndJobChangesAreStillUndone) {

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "support/checkout_fixture.hpp"
 #include "support/runner_harness.hpp"
 #include "support/shell.hpp"
 
@@ -41,23 +42,10 @@ bool eventually(const std::function<bool()>& check, std::chrono::milliseconds li
   return check();
 }
 
-class RunnerWorkspaceHelpers : public ::testing::Test {
+class RunnerWorkspaceHelpers : public CheckoutAndRunner {
  protected:
-  void SetUp() override {
-    MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
-    MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
-    base_ = make_temp_dir();
-    repo_ = base_ + "/repo";
-    env_ = {"XDG_CACHE_HOME=" + base_ + "/cache"};
-    sh(base_, git_init_script("repo") + " && "
-              "printf 'target/\\n' > .gitignore && for i in 1 2 3; do echo line $i > f$i.txt; done && "
-              "git add -A && git commit -qm init");
-    runner_ = std::make_unique<RunnerProcess>();
-    ASSERT_TRUE(runner_->start()) << runner_->log();
-  }
-  void TearDown() override {
-    runner_.reset();
-    remove_tree(base_);
+  std::string checkout_script() const override {
+    return "printf 'target/\\n' > .gitignore && for i in 1 2 3; do echo line $i > f$i.txt; done";
   }
   CommandResult motor(const std::vector<std::string>& args, std::chrono::seconds timeout = 120s) {
     return runner_->client_in(repo_, args, env_, timeout);
@@ -67,9 +55,6 @@ class RunnerWorkspaceHelpers : public ::testing::Test {
     return glob_paths(fmt::format("/sys/fs/cgroup/*/{}/ws-helper-*", runner_->cgroup_parent()));
   }
 
-  std::string base_, repo_;
-  std::vector<std::string> env_;
-  std::unique_ptr<RunnerProcess> runner_;
 };
 
 // Item 1. A job leaves a FIFO named .gitignore in an untracked folder. git opens every .gitignore

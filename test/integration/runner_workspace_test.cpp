@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "protocol/base64.hpp"
+#include "support/checkout_fixture.hpp"
 #include "support/runner_harness.hpp"
 #include "support/shell.hpp"
 
@@ -57,25 +58,12 @@ std::string call(RawClient& c, int64_t id, const std::string& method, const std:
   return reply(c, id);
 }
 
-class RunnerWorkspace : public ::testing::Test {
+class RunnerWorkspace : public CheckoutAndRunner {
  protected:
-  void SetUp() override {
-    MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
-    MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
-    base_ = make_temp_dir();
-    repo_ = base_ + "/repo";
-    env_ = {"XDG_CACHE_HOME=" + base_ + "/cache"};
-    sh(base_, git_init_script("repo") + " && "
-              "printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src && echo 'fn main() {}' > src/main.rs && "
-              "for i in 1 2 3 4 5; do echo line $i > f$i.txt; done && git add -A && git commit -qm init");
-    runner_ = std::make_unique<RunnerProcess>(extra_config());
-    ASSERT_TRUE(runner_->start()) << runner_->log();
+  std::string checkout_script() const override {
+    return "printf 'target/\\n*.log\\n' > .gitignore && mkdir -p src && echo 'fn main() {}' > src/main.rs && "
+           "for i in 1 2 3 4 5; do echo line $i > f$i.txt; done";
   }
-  void TearDown() override {
-    runner_.reset();
-    remove_tree(base_);
-  }
-  virtual std::string extra_config() { return ""; }
   CommandResult motor(const std::vector<std::string>& args, const std::string& cwd = "") {
     return runner_->client_in(cwd.empty() ? repo_ : cwd, args, env_);
   }
@@ -85,9 +73,6 @@ class RunnerWorkspace : public ::testing::Test {
     return at == std::string::npos ? -1 : std::atoll(r.out.c_str() + at + 2);
   }
 
-  std::string base_, repo_;
-  std::vector<std::string> env_;
-  std::unique_ptr<RunnerProcess> runner_;
 };
 
 TEST_F(RunnerWorkspace, EditsNewFilesAndDeletionsArriveIgnoredFilesDoNotCallerRepoUntouched) {
