@@ -165,6 +165,8 @@ class Runner : public JobHost, private AdmissionHost {
   void refuse_unrecorded(const std::string& job_id, SessionId session, int64_t request_id, const Error& e);
   void refuse_job(Session& session, int64_t request_id, protocol::RefusalReason reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
+  // The session is the job's caller, or the operator: it sees the job without a secret.
+  static bool owns(const Session& session, const Job& job);
   // The job, if it exists and the session may see it; same answer for "unknown" and "not yours".
   Job* visible_job(Session& session, const protocol::JobRef& ref);
   void begin_shutdown(int signum);

@@ -56,10 +56,14 @@ void Runner::handle_frame(Session& session, const std::string& frame) {
                                       fmt::format("unknown method \"{}\"", request->method.substr(0, 64))));
 }
 
+// The route that submitted a job (its caller) and the operator see it without a secret.
+bool Runner::owns(const Session& session, const Job& job) {
+  return session.privileged() || job.caller() == session.caller();
+}
+
 Job* Runner::visible_job(Session& session, const protocol::JobRef& ref) {
   Job* job = jobs_.find(ref.job_id);
-  // The route that submitted the job (its caller) and the operator need no secret.
-  if (job && (session.privileged() || job->caller() == session.caller())) return job;
+  if (job && owns(session, *job)) return job;
   if (!ref.secret) return nullptr;
   // The direct route: decided on the digest alone, before any of the job's files are touched.
   // An unknown id (or a job without a secret) is compared with a fixed dummy digest, so the
@@ -114,7 +118,7 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
   w.key("running_jobs").begin_array();
   for (const auto& [id, job] : jobs_.all()) {
     if (job->state() != Job::State::kRunning) continue;
-    if (!session.privileged() && job->caller() != session.caller()) continue;
+    if (!owns(session, *job)) continue;
     w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
     w.field("cpus", job->cpus().list()).end_object();
   }
@@ -128,7 +132,7 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
   // The newest jobs, at most kListLimit of them, so the reply always fits in one frame.
   bool truncated = false;
   const auto visible = jobs_.newest(
-      [&](const Job& job) { return session.privileged() || job.caller() == session.caller(); }, kListLimit, &truncated);
+      [&](const Job& job) { return owns(session, job); }, kListLimit, &truncated);
   JsonWriter w;
   w.begin_object().field("truncated", truncated).key("jobs").begin_array();
   for (const Job* job : visible) {
@@ -185,7 +189,7 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   for (const auto& [id, job] : jobs_.all()) {
     if (job->state() != Job::State::kRunning) continue;
     claimed += static_cast<double>(job->cpus().cpus.size());
-    if (!session.privileged() && job->caller() != session.caller()) continue;  // others' jobs: only counted
+    if (!owns(session, *job)) continue;  // others' jobs: only counted
     w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
     w.field("cpus", job->cpus().list()).field("cpus_shared", job->cpus().overlapping);
     w.field("memory_bytes", job->memory_bytes()).end_object();
