@@ -3,18 +3,21 @@
 // (test/support/sshd_harness), the bridge account, a test runner.
 //
 //  1. `motor --host ssh://motor@127.0.0.1:P run --no-sync -- true`, its key's forced command
-//     `motor-runner connect --caller bench`, through a warm control master, against
+//     `motor-bridge --caller bench`, through a warm control master, against
 //     `ssh -S MASTER -p P motor@127.0.0.1 true` through a warm master of a forced-command-free
 //     key (the one session a job needs at the least, with nothing of Motor in it). Interleaved,
 //     medians. Goal: ratio <= 1.3.
 //     Besides, to see where the difference goes: the same job through the local socket
 //     (`motor --socket ... run --no-sync -- true`), and `ssh -S MASTER host true` on the motor
-//     key's own master, whose forced command starts `motor-runner connect`, which refuses that
-//     command (exit 64): an SSH session plus the bridge's process start.
+//     key's own master, whose forced command starts `motor-bridge`, which refuses that
+//     command (exit 64): an SSH session plus the bridge's process start. And the same remote
+//     job through a key whose forced command is the older `motor-runner connect` (the daemon's
+//     binary with all its libraries), on a master of its own.
 //  2. `motor --host ... run -- true` inside an unchanged, already-synced 10,000-file checkout,
 //     against `motor --host ... run --no-sync -- true` (issue 20's no-change goal over SSH).
 // Run as root (it starts a runner and sshd).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,7 +77,9 @@ int main(int argc, char** argv) {
   {
     motor::test::SshServer sshd;
     const std::string bench_key = sshd.make_key("bench"), free_key = sshd.make_key("free");
+    const std::string old_key = sshd.make_key("old");
     sshd.authorize("motor", motor::test::SshServer::bridge_options(runner.socket(), "bench"), bench_key);
+    sshd.authorize("motor", motor::test::SshServer::runner_connect_options(runner.socket(), "bench"), old_key);
     sshd.authorize("motor", "restrict", free_key);
     if (!sshd.start()) {
       fmt::print(stderr, "sshd did not start:\n{}\n", sshd.log());
@@ -92,6 +97,12 @@ int main(int argc, char** argv) {
 
     auto env = sshd.client_env(bench_key);
     env.push_back("XDG_CACHE_HOME=" + sshd.dir() + "/cache");
+    // The older bridge's master lives in a runtime directory of its own (the ControlPath is per
+    // runtime directory and host, so it would otherwise ride the motor-bridge key's master).
+    auto old_env = sshd.client_env(old_key);
+    const std::string old_runtime = sshd.dir() + "/run-old";
+    mkdir(old_runtime.c_str(), 0700);
+    old_env.push_back("XDG_RUNTIME_DIR=" + old_runtime);
     const std::vector<std::string> motor_run{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--no-sync", "--", "true"};
     const std::vector<std::string> motor_in_checkout{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--", "true"};
     const std::string master = sshd.dir() + "/free.master";
@@ -107,6 +118,7 @@ int main(int argc, char** argv) {
     timed_ms(with(ssh_base, {"-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", "motor@127.0.0.1"}), {},
              sshd.dir());
     timed_ms(motor_run, env, sshd.dir());
+    timed_ms(motor_run, old_env, sshd.dir());
     timed_ms(motor_in_checkout, env, repo);
     timed_ms(ssh_true, {}, sshd.dir());
     const auto sockets = sshd.control_sockets();
@@ -114,7 +126,7 @@ int main(int argc, char** argv) {
                                                 std::to_string(sshd.port()), "-S", sockets.empty() ? "" : sockets[0], "-T",
                                                 "motor@127.0.0.1", "true"};
 
-    std::vector<double> remote, baseline, checkout, remote2, local, bridge;
+    std::vector<double> remote, baseline, checkout, remote2, local, bridge, old_bridge;
     for (int i = 0; i < n; ++i) {
       // Alternate the order so that neither always runs first after the other.
       if (i % 2 == 0) {
@@ -128,6 +140,7 @@ int main(int argc, char** argv) {
       remote2.push_back(timed_ms(motor_run, env, sshd.dir()));
       local.push_back(timed_ms(local_run, {}, sshd.dir()));
       bridge.push_back(timed_ms(bridge_start, {}, sshd.dir(), 64));
+      old_bridge.push_back(timed_ms(motor_run, old_env, sshd.dir()));
     }
     const std::string load = motor::test::read_file("/proc/loadavg");
     fmt::print("remote callers over OpenSSH, medians of {} interleaved runs (ms); load average {}", n, load);
@@ -136,6 +149,7 @@ int main(int argc, char** argv) {
     fmt::print("  ratio                                               {:8.2f}  (goal <= 1.3)\n", median(remote) / median(baseline));
     fmt::print("  motor --socket run --no-sync -- true (local)       {:8.2f}\n", median(local));
     fmt::print("  ssh -S motor-key-master host (bridge starts, 64)   {:8.2f}\n", median(bridge));
+    fmt::print("  the same remote job via motor-runner connect       {:8.2f}\n", median(old_bridge));
     fmt::print("  motor --host run -- true, unchanged 10,000 files   {:8.2f}\n", median(checkout));
     fmt::print("  motor --host run --no-sync -- true (same rounds)   {:8.2f}\n", median(remote2));
     fmt::print("  ratio                                               {:8.2f}  (issue 20's goal <= 1.15)\n",

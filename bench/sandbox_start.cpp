@@ -10,7 +10,14 @@
 //
 // N rounds (argv[1], default 200); each round runs all three once, in a rotating order, so
 // that a burst of load elsewhere on the host hits each alike. Prints medians, p90 and the ratios
-// motor/bwrap and motor/unshare (medians). Run as root.
+// motor/bwrap and motor/unshare (medians).
+//
+// Then issue 20's start row, whole processes as a user runs them, interleaved: the `motor`
+// client `motor --socket S run --no-sync -- true` from a directory that is no checkout, exec to
+// exit, against `bwrap --ro-bind /usr /usr` + the merged-/usr links + `--dev /dev --proc /proc
+// --tmpfs /tmp --unshare-all --die-with-parent --new-session --cap-drop ALL /usr/bin/true`, spawn
+// to exit. And the runner's own timestamps of each step of a start (bench/start_steps.hpp). The
+// load average is printed with the figures. Run as root.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,6 +35,7 @@
 #include <fmt/format.h>
 
 #include "first_output.hpp"
+#include "start_steps.hpp"
 #include "stats.hpp"
 #include "support/runner_harness.hpp"
 
@@ -48,9 +56,9 @@ bool is_symlink(const char* path) {
   return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
 }
 
-std::vector<std::string> bwrap_argv() {
-  std::vector<std::string> a{"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop",
-                             "ALL", "--ro-bind", "/usr", "/usr"};
+// Issue 20's peer, flags in the issue's order, then `command`.
+std::vector<std::string> bwrap_argv(const std::vector<std::string>& command) {
+  std::vector<std::string> a{"/usr/bin/bwrap", "--ro-bind", "/usr", "/usr"};
   // The merged-/usr links, as symlinks (as Motor recreates them).
   for (const char* link : {"/bin", "/lib", "/lib64", "/sbin"}) {
     if (!is_symlink(link)) continue;
@@ -59,12 +67,74 @@ std::vector<std::string> bwrap_argv() {
     if (n <= 0) continue;
     a.insert(a.end(), {"--symlink", std::string(target, static_cast<size_t>(n)), link});
   }
-  a.insert(a.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "/bin/echo", "x"});
+  a.insert(a.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent",
+                     "--new-session", "--cap-drop", "ALL"});
+  a.insert(a.end(), command.begin(), command.end());
   return a;
 }
 
 const std::vector<std::string> kUnshareArgv = {"/usr/bin/unshare", "--pid", "--fork", "--mount", "--net", "--ipc",
                                                "--uts", "--cgroup", "/bin/echo", "x"};
+
+// posix_spawn of args with the file actions `fa` (destroyed here); `t0` is set just before the
+// call. Returns the pid, or -1.
+pid_t spawn_timed(const std::vector<std::string>& args, posix_spawn_file_actions_t* fa, Clock::time_point* t0) {
+  std::vector<char*> argv;
+  for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  *t0 = Clock::now();
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(fa);
+  return rc == 0 ? pid : -1;
+}
+
+// Spawns argv from `cwd` with its output to /dev/null: microseconds from the call to its exit
+// (status 0), or -1.
+double exit_us(const std::vector<std::string>& args, const std::string& cwd) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  Clock::time_point t0;
+  const pid_t pid = spawn_timed(args, &fa, &t0);
+  if (pid < 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto t1 = Clock::now();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  return std::chrono::duration<double, std::micro>(t1 - t0).count();
+}
+
+// Issue 20's start row: the whole `motor` client against bwrap's /usr/bin/true, interleaved.
+int whole_process_rows(const RunnerProcess& runner, int runs) {
+  const std::string outside = motor::test::make_temp_dir();  // no checkout: nothing to sync
+  const std::vector<std::string> client{MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
+  const std::vector<std::string> bwrap = bwrap_argv({"/usr/bin/true"});
+  std::array<std::vector<double>, 2> us;
+  int failures = 0;
+  for (int i = 0; i < runs + 3; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      const int which = (i + k) % 2;
+      const double t = exit_us(which == 0 ? client : bwrap, outside);
+      if (t < 0) ++failures;
+      else if (i >= 3) us[static_cast<size_t>(which)].push_back(t);  // 3 warm-up rounds
+    }
+  }
+  const double m = median(us[0]), b = median(us[1]);
+  fmt::print("whole process, exec to exit, {} rounds interleaved; load average {}", runs,
+             motor::test::read_file("/proc/loadavg"));
+  fmt::print("  motor run --no-sync -- true   median {:7.0f} us   p90 {:7.0f} us\n", m, percentile(us[0], 0.9));
+  fmt::print("  bwrap ... /usr/bin/true       median {:7.0f} us   p90 {:7.0f} us\n", b, percentile(us[1], 0.9));
+  fmt::print("  ratio motor / bwrap (median): {:.2f}   (goal <= 1.0)\n", m / b);
+  if (failures) fmt::print("  failed runs (left out): {}\n", failures);
+  std::string line;
+  for (const auto& s : bwrap) line += (line.empty() ? "" : " ") + s;
+  fmt::print("bwrap: {}\n", line);
+  motor::test::remove_tree(outside);
+  return failures;
+}
 
 // Spawns argv with stdout on a pipe: microseconds from the call to the first byte, or -1.
 double spawn_once(const std::vector<std::string>& args) {
@@ -73,15 +143,10 @@ double spawn_once(const std::vector<std::string>& args) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  std::vector<char*> argv;
-  for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  const auto t0 = Clock::now();
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  Clock::time_point t0;
+  const pid_t pid = spawn_timed(args, &fa, &t0);
   close(fds[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     close(fds[0]);
     return -1;
   }
@@ -104,12 +169,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "usage: motor_bench_sandbox [RUNS]  (as root: the runner creates cgroups)\n");
     return 1;
   }
-  RunnerProcess runner("max_running_jobs = 64\n");
+  RunnerProcess runner("max_running_jobs = 64\nlog_level = debug\n");
   if (!runner.start()) {
     fmt::print(stderr, "bench: the runner did not start:\n{}\n", runner.log());
     return 1;
   }
-  const std::vector<std::string> bwrap = bwrap_argv();
+  const std::vector<std::string> bwrap = bwrap_argv({"/bin/echo", "x"});
   std::string bwrap_line;
   for (const auto& s : bwrap) bwrap_line += (bwrap_line.empty() ? "" : " ") + s;
 
@@ -136,7 +201,8 @@ int main(int argc, char** argv) {
     }
   }
   const double m = median(us[0]), b = median(us[1]), u = median(us[2]);
-  fmt::print("sandboxed start (request or spawn call to first output byte), {} rounds, interleaved:\n", runs);
+  fmt::print("sandboxed start (request or spawn call to first output byte), {} rounds, interleaved; load average {}",
+             runs, motor::test::read_file("/proc/loadavg"));
   fmt::print("  motor run /bin/echo x   median {:7.0f} us   p90 {:7.0f} us   (n={})\n", m, percentile(us[0], 0.9), us[0].size());
   fmt::print("  bwrap ... /bin/echo x   median {:7.0f} us   p90 {:7.0f} us   (n={})\n", b, percentile(us[1], 0.9), us[1].size());
   fmt::print("  unshare ... /bin/echo x median {:7.0f} us   p90 {:7.0f} us   (n={})\n", u, percentile(us[2], 0.9), us[2].size());
@@ -144,6 +210,8 @@ int main(int argc, char** argv) {
   fmt::print("  ratio motor / unshare (median): {:.2f}   (p90): {:.2f}\n", m / u, percentile(us[0], 0.9) / percentile(us[2], 0.9));
   if (failures) fmt::print("  failed runs (left out): {}\n", failures);
   fmt::print("bwrap: {}\nunshare: /usr/bin/unshare --pid --fork --mount --net --ipc --uts --cgroup /bin/echo x\n", bwrap_line);
+  failures += whole_process_rows(runner, runs);
+  motor::bench::print_start_steps(runner.log());
   runner.stop();
   return failures ? 2 : 0;
 }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/messages.hpp"
@@ -27,6 +28,9 @@ struct PendingStart {
   int64_t memory_bytes = 0;
   int64_t cpus = 1;
   std::optional<HostWorkspaceRequest> host_workspace;  // (ext) a Buildbarn input root: host_workspace.hpp
+  // params.env through the allow list once, at accept: `accepted` names what it held back, and
+  // the job gets exactly what that said even if a reload changed the list while it queued.
+  std::vector<std::pair<std::string, std::string>> forwarded_env;
 };
 
 class AdmissionHost {

@@ -138,6 +138,7 @@ void Job::arm_deadline() {
 void Job::execution_started() {
   if (command_started_) return;
   command_started_ = true;
+  start_steps_.mark(StartSteps::kExecd);
   started_at_ms_ = now_ms();
   record_.append_record(protocol::encode_started(record_.next_seq(), queue_wait_ms_, started_at_ms_));
   host_.job_started(static_cast<double>(uv_hrtime() - queued_hr_ns_) / 1e9);
@@ -147,10 +148,12 @@ void Job::execution_started() {
 }
 
 void Job::execution_exited() {
+  start_steps_.mark(StartSteps::kExited);
   if (deadline_.live()) uv_timer_stop(deadline_.get());
 }
 
 Status Job::execution_output(JobLog::Kind kind, std::string_view bytes) {
+  start_steps_.mark(StartSteps::kFirstOutput);
   auto seq = record_.append(kind, bytes);
   if (!seq) return seq.error();
   record_.pump_all();
@@ -269,6 +272,8 @@ void Job::finish() {
   scan_abandon_.close();
   t.seq = record_.next_seq();
   set_terminal(t);
+  start_steps_.mark(StartSteps::kTerminal);
+  log_debug("job {}: start steps (us): {}", id_, start_steps_.line());
   conclude("finished");
 }
 

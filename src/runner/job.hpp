@@ -20,6 +20,7 @@
 #include "runner/job_starter.hpp"
 #include "runner/job_state.hpp"
 #include "runner/session_id.hpp"
+#include "runner/start_steps.hpp"
 #include "base/sha256.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
@@ -102,6 +103,8 @@ class Job : private ExecutionSink {
 
   // The record's followers (JobRecord).
   void follow(Session& session, int64_t request_id, int64_t from_seq) { record_.follow(session, request_id, from_seq); }
+  // The runner's steps of the start (recorded, admitted, spawn asked); the job marks its own.
+  void mark_start_step(StartSteps::Step step) { start_steps_.mark(step); }
   void unfollow(Session& session) { record_.unfollow(session); }
   void session_drained(Session& session) { record_.session_drained(session); }
   bool pump_slice(size_t& budget) { return record_.pump_slice(budget); }
@@ -161,6 +164,7 @@ class Job : private ExecutionSink {
   JobRecord record_;
   State state_ = State::kQueued;
   uint64_t queued_hr_ns_ = 0;
+  StartSteps start_steps_;  // from construction, i.e. the exec.run that made the job
   int64_t queue_wait_ms_ = 0;
   int64_t finished_at_ms_ = 0;
   std::string persisted_cache_;

@@ -43,6 +43,7 @@ void Runner::job_start_failed(Job& job, const std::string& detail) {
 void Runner::start_admitted(const std::string& job_id, PendingStart pending) {
   Job* job = jobs_.find(job_id);
   if (!job) return;
+  job->mark_start_step(StartSteps::kAdmitted);
   const protocol::RunParams& p = pending.params;
   const std::string& rel = pending.rel_cwd;
   reactor::SlowCall timed("starting a job");
@@ -92,11 +93,10 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     }
     box.network = std::move(*network);
   }
-  const auto env = config::filter_env(p.env, config_.env_allow);
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
   launch.argv = sandbox::init_argv(job_command(p));
-  launch.env = host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, env.forwarded);
+  launch.env = host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, pending.forwarded_env);
   launch.cwd = pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
@@ -112,6 +112,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, s.error().message);
   }
   // A starter without its helper answers at once, and a refusal has ended the job already.
+  if (Job* started = jobs_.find(job_id)) started->mark_start_step(StartSteps::kSpawnAsked);
   if (Job* started = jobs_.find(job_id); started && started->state() == Job::State::kRunning) {
     metrics_.observe_queue_wait(static_cast<double>(started->queue_wait_ms()) / 1000.0);
   }
@@ -129,7 +130,7 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   launch.network = p.network;
   launch.platform = p.platform;
   std::vector<std::string> env;
-  for (const auto& [name, value] : config::filter_env(p.env, config_.env_allow).forwarded) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : pending.forwarded_env) env.push_back(name + "=" + value);
   // The dependency preparation gets the outbound jobs' network when the runner has it (the VM
   // itself never has any); the claim is released with the job's (job_finished).
   std::optional<sandbox::JobNetworkPlan> prep_network;

@@ -122,7 +122,7 @@ std::optional<PendingStart> Runner::check_run(Session& session, const protocol::
     return bad(fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count()));
   }
   *priority = p.priority == protocol::Priority::kInteractive ? PriorityClass::kInteractive : PriorityClass::kBatch;
-  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus, std::nullopt};
+  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus, std::nullopt, {}};
 }
 
 bool Runner::refused_at_the_door(Session& session, const protocol::Request& r, const protocol::RunParams& p) {
@@ -199,7 +199,9 @@ void Runner::accept_job(Session& session, int64_t request_id, PendingStart pendi
   protocol::AcceptedRecord a;
   a.job_id = *id;
   // A host_workspace job's environment is as given (host_workspace.hpp): nothing is held back.
-  if (!pending.host_workspace) a.env_not_forwarded = config::filter_env(p.env, config_.env_allow).not_forwarded;
+  auto filtered = config::filter_env(p.env, config_.env_allow);
+  if (!pending.host_workspace) a.env_not_forwarded = std::move(filtered.not_forwarded);
+  pending.forwarded_env = std::move(filtered.forwarded);
   a.platform = p.platform;
   a.network = p.network;
   if (p.direct) a.secret = std::move(secret);
@@ -218,6 +220,7 @@ void Runner::accept_job(Session& session, int64_t request_id, PendingStart pendi
           s->send(protocol::with_request_id(request_id, *accepted), Session::kSensitive);
           if (Job* accepted_job = jobs_.find(job_id)) accepted_job->follow(*s, request_id, 1);
         }  // else the client left; the job runs on, attachable later
+        if (Job* recorded_job = jobs_.find(job_id)) recorded_job->mark_start_step(StartSteps::kRecorded);
         explicit_bzero(accepted->data(), accepted->size());
         admission_.recorded(job_id);
       },

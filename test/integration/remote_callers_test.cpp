@@ -37,6 +37,24 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A forced command standing for a runner older than this client: it answers the client's first
+// request (runner.hello) with `reply` as one frame, then waits for the session to end. Returns
+// the authorized_keys options that run it.
+std::string old_runner_options(const std::string& dir, const std::string& name, const std::string& reply) {
+  std::string escaped;
+  const uint32_t n = static_cast<uint32_t>(reply.size());
+  for (const int shift : {24, 16, 8, 0}) escaped += fmt::format("\\{:03o}", (n >> shift) & 0xff);
+  for (const char c : reply) {
+    if (c == '\\') escaped += "\\\\";
+    else if (c == '%') escaped += "%%";
+    else escaped += c;
+  }
+  const std::string script = dir + "/" + name;
+  write_file(script, fmt::format("#!/bin/sh\nprintf '{}'\nexec cat >/dev/null\n", escaped));
+  chmod(script.c_str(), 0755);
+  return fmt::format(R"(restrict,command="{}")", script);
+}
+
 class RemoteCallers : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -154,6 +172,18 @@ TEST_F(RemoteCallers, RunAttachStatusListMatchTheLocalSocket) {
 }
 
 // Cancel over SSH: the job ends cancelled and its `run` exits 130.
+// Keys set up before motor-bridge existed name `motor-runner connect`: that bridge still works.
+TEST_F(RemoteCallers, TheOlderForcedCommandStillBridges) {
+  const std::string carol = sshd_->make_key("carol");
+  sshd_->authorize("motor", SshServer::runner_connect_options(runner_->socket(), "carol"), carol);
+  ASSERT_TRUE(start_sshd());
+  auto r = sshd_->motor(carol, {"run", "--no-sync", "-c", "printf 'through motor-runner connect'"});
+  EXPECT_EQ(r.exit_code, 0) << r.err << sshd_->log();
+  EXPECT_EQ(r.out, "through motor-runner connect");
+  auto list = sshd_->motor(carol, {"list", "--json"});
+  EXPECT_NE(list.out.find("\"caller\":\"carol\""), std::string::npos) << list.out;
+}
+
 TEST_F(RemoteCallers, CancelOverSsh) {
   ASSERT_TRUE(start_sshd());
   auto run = std::async(std::launch::async, [&] { return sshd_->motor(alice_, {"run", "--no-sync", "--", "sleep", "60"}); });
@@ -330,6 +360,15 @@ TEST_F(RemoteCallers, ErrorsAreOneLineWithTheirOwnExitStatus) {
   sshd_->authorize("motor", SshServer::bridge_options(runner_->socket(), ""), no_caller);
   sshd_->authorize("motor", SshServer::bridge_options(sshd_->dir() + "/no-runner.sock", "carol"), down);
   sshd_->authorize("motor", SshServer::bridge_options(runner_->socket(), "bad/name"), bad_name);
+  // Runners too old: one from before runner.hello, one that speaks an older protocol.
+  const std::string before_hello = sshd_->make_key("beforehello");
+  const std::string old_protocol = sshd_->make_key("oldprotocol");
+  sshd_->authorize("motor",
+                   old_runner_options(sshd_->dir(), "runner-before-hello",
+                                      R"({"id":0,"error":{"code":"bad_request","message":"unknown method \"runner.hello\""}})"),
+                   before_hello);
+  sshd_->authorize("motor", old_runner_options(sshd_->dir(), "runner-protocol-0", R"({"id":0,"result":{"protocol":0}})"),
+                   old_protocol);
   ASSERT_TRUE(start_sshd());
   struct Case {
     std::string what, key, expect;
@@ -339,7 +378,9 @@ TEST_F(RemoteCallers, ErrorsAreOneLineWithTheirOwnExitStatus) {
                         Case{"account not bridged", plain, "is not motor-runner connect", 77},
                         Case{"bridge account without a caller", no_caller, "forced command", 77},
                         Case{"runner down behind SSH", down, "no runner answers", 75},
-                        Case{"caller name refused by the runner", bad_name, "refused the caller name", 77}}) {
+                        Case{"caller name refused by the runner", bad_name, "refused the caller name", 77},
+                        Case{"runner without runner.hello", before_hello, "is too old for this client", 69},
+                        Case{"runner of an older protocol", old_protocol, "speaks protocol 0, this client needs", 69}}) {
     auto r = sshd_->motor(c.key, {"list"});
     EXPECT_EQ(r.exit_code, c.code) << c.what << ": " << r.err;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.what << ": " << r.err;

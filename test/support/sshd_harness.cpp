@@ -154,6 +154,11 @@ void SshServer::authorize(const std::string& account, const std::string& options
 }
 
 std::string SshServer::bridge_options(const std::string& runner_socket, const std::string& caller) {
+  return fmt::format(R"(restrict,command="{}{} --socket {}")", MOTOR_BRIDGE_BIN,
+                     caller.empty() ? "" : " --caller " + caller, runner_socket);
+}
+
+std::string SshServer::runner_connect_options(const std::string& runner_socket, const std::string& caller) {
   return fmt::format(R"(restrict,command="{} connect{} --socket {}")", MOTOR_RUNNER_BIN,
                      caller.empty() ? "" : " --caller " + caller, runner_socket);
 }

@@ -38,8 +38,10 @@ class SshServer {
   // `restrict,command="..."`, or "" for a key with no forced command) and the key's public half.
   void authorize(const std::string& account, const std::string& options, const std::string& key_path);
   // The forced-command options of conf/authorized_keys.example, pointed at this build's
-  // motor-runner and the test runner's socket; no caller for "".
+  // motor-bridge and the test runner's socket; no caller for "".
   static std::string bridge_options(const std::string& runner_socket, const std::string& caller);
+  // The same with the older form of the line, `motor-runner connect` (still served).
+  static std::string runner_connect_options(const std::string& runner_socket, const std::string& caller);
 
   // MOTOR_SSH_COMMAND for a caller with this key (`-F` the temporary client config).
   std::string ssh_command(const std::string& key_path) const;
