@@ -194,8 +194,8 @@ Status Connection::fill(bool (*interrupted)(), std::chrono::milliseconds limit) 
   return {};
 }
 
-Expected<protocol::Message> Connection::read(bool (*interrupted)()) {
-  if (auto st = fill(interrupted, std::chrono::milliseconds(-1)); !st) return st.error();
+Expected<protocol::Message> Connection::read(bool (*interrupted)(), std::chrono::milliseconds limit) {
+  if (auto st = fill(interrupted, limit); !st) return st.error();
   std::string frame = std::move(frames_.front());
   frames_.pop_front();
   auto m = protocol::parse_message(parser_, frame);

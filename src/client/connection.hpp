@@ -29,6 +29,9 @@ class Connection {
   // old fail here, each with its own error code (ssh_session.hpp). `ssh_command`:
   // $MOTOR_SSH_COMMAND.
   static Expected<Connection> open(const Endpoint& endpoint, const char* ssh_command);
+  // A stream already connected to a runner or its bridge (the gate's socket pair to
+  // `motor-runner connect`): no hello is sent.
+  static Connection adopt(UniqueFd fd) { return Connection(std::move(fd)); }
 
   // Sends {"id":N,"method":M,"params":P}; returns N.
   Expected<int64_t> request(std::string_view method, std::string_view params_json);
@@ -39,7 +42,9 @@ class Connection {
   // if it returns true, read returns an "interrupted" error so the caller can act and call again.
   // An error without a request id refuses the whole connection (unauthorized, runner_full,
   // runner_draining, a broken frame): it is returned as an error with the runner's code.
-  Expected<protocol::Message> read(bool (*interrupted)() = nullptr);
+  // `limit` >= 0: a "timeout" error once it passes (a partial frame is kept for the next read).
+  Expected<protocol::Message> read(bool (*interrupted)() = nullptr,
+                                   std::chrono::milliseconds limit = std::chrono::milliseconds(-1));
 
   int fd() const { return fd_.get(); }
 

@@ -1,6 +1,7 @@
 // The attack catalogue of `motor-runner gate`: each attack names the control it measures, runs a
-// small script (python3 or sh) as a real job through the gate's runner, and judges from the job's
-// output, its terminal record and what the gate sees on the host whether the control held.
+// small script (a probe: src/gate/probes/<id>.py or .sh) as a real job through the gate's runner,
+// and judges from the job's output, its terminal record and what the gate sees on the host
+// whether the control held.
 //
 //   stopped      the control's own signature was seen (EROFS from a read-only mount, ENOENT for a
 //                host path the empty root hides, EPERM from the seccomp filter, an OOM kill, ...)
@@ -10,7 +11,8 @@
 //                not prepare the attack (not host-level: the gate fails)
 //   INCONCLUSIVE the job did not produce the result lines (the gate fails)
 //
-// docs/server-gate.md lists every attack and its control.
+// The attacks are one table (attack_table.cpp), a row each; docs/server-gate.md lists them and
+// says how to add one.
 #pragma once
 
 #include <sys/types.h>
@@ -22,10 +24,11 @@
 #include <string_view>
 #include <vector>
 
-#include "gate/gate_client.hpp"
-#include "gate/host_checks.hpp"
-#include "motor/expected.hpp"
 #include "config/config.hpp"
+#include "gate/host_checks.hpp"
+#include "gate/probe.hpp"
+#include "gate/runner_session.hpp"
+#include "motor/expected.hpp"
 
 namespace motor::gate {
 
@@ -70,17 +73,59 @@ struct AttackEnv {
   std::function<std::string()> new_marker;                   // unique digits
 };
 
-struct Attack {
-  std::string id;
-  std::string control;
-  std::string description;
-  std::string needs;  // the host feature the control needs ("" = none beyond a runner)
-  // Why the attack cannot run here, or nullopt.
-  std::function<std::optional<Verdict>(const AttackEnv&)> skip;
-  std::function<Verdict(AttackEnv&)> run;
+// What the control needs from the host or config; without it the attack is skipped.
+enum class Needs {
+  kNothing,
+  kX86_64,            // the probe calls syscalls by their x86_64 numbers
+  kPidsController,
+  kMemoryController,
+  kCpusetController,
+  kCaches,            // cache_paths configured
+  kOutbound,          // outbound_network = true
+  kRoot,              // the gate plants a root-owned file (not host-level: the gate must be root)
 };
 
-std::vector<Attack> attack_catalogue();
+// One expected result line ("label=value" in the job's stdout): the values that mean the control
+// held. A value ending in '*' matches as a prefix.
+struct Expect {
+  std::string label;
+  std::vector<std::string> stopped;
+};
+
+// How the probe's job is asked for (exec.run fields beyond the command).
+struct JobShape {
+  int64_t timeout_s = 60;
+  std::string memory{};   // "" = the runner's default
+  int64_t cpus = 0;     // 0 = the runner's default
+  std::string network{};  // "" = offline; "outbound"
+};
+
+struct Attack;
+// Python assignments the probe reads (values from the gate: paths, pids, ports, markers).
+using ProbeValues = std::string (*)(const AttackEnv&);
+// An attack's own steps where the job's lines are not all the evidence (host state, listeners,
+// a second job): runs the probe itself (attack_steps.hpp) and judges.
+using AttackSteps = Verdict (*)(AttackEnv&, const Attack&);
+
+// One row of the catalogue.
+struct Attack {
+  std::string_view id{}, control{}, description{};
+  Needs needs = Needs::kNothing;
+  const Probe* probe = nullptr;   // the job's script
+  JobShape job{};
+  std::vector<Expect> expects{};  // without `steps`: stopped when every label shows its signature
+  std::vector<std::string> info{};  // labels shown beside the evidence, not judged
+  ProbeValues values = nullptr;
+  AttackSteps steps = nullptr;    // nullptr: run the probe, judge its lines by `expects`
+};
+
+// Every attack, in the order the gate runs them.
+const std::vector<Attack>& attack_catalogue();
+// The host feature a row needs, as the report says it ("" = none beyond a runner).
+std::string needs_text(Needs needs);
+// Why the attack cannot run here, or nullopt.
+std::optional<Verdict> skip_reason(const Attack& attack, const AttackEnv& env);
+Verdict run_attack(const Attack& attack, AttackEnv& env);
 
 // Exposed for tests of the judge: "label=value" lines of a job's stdout.
 std::map<std::string, std::string> parse_result_lines(const std::string& out);

@@ -24,7 +24,7 @@
 
 #include <fmt/format.h>
 
-#include "gate/gate_client.hpp"
+#include "gate/runner_session.hpp"
 #include "motor/version.hpp"
 
 namespace motor::gate {

@@ -22,6 +22,8 @@
 #include <fmt/ranges.h>
 #include <simdjson.h>
 
+#include "gate/attacks.hpp"
+#include "gate/probes.hpp"
 #include "motor/test_switches.hpp"
 #include "support/runner_harness.hpp"
 
@@ -30,7 +32,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Every attack of the catalogue (src/gate/attacks.cpp); the gate must report each one.
+// Every attack of the catalogue (src/gate/attack_table.cpp); the gate must report each one.
 const std::vector<std::string> kAttacks = {
     "read-shadow",    "read-root-home", "read-state-dir", "other-caller-workspace", "write-usr",      "write-etc",
     "write-root",     "fs-dotdot",      "fs-symlink",     "fs-hardlink",            "write-caches",   "mknod",
@@ -339,6 +341,30 @@ TEST(GateWeakenedTable, CoversEveryControl) {
     covered.insert(c);
   }
   for (std::string_view c : kWeakenableControls) EXPECT_TRUE(covered.count(std::string(c))) << c << " has no row";
+}
+
+// The catalogue as data (src/gate/attack_table.cpp): the ids are this test's, each row runs a
+// probe and is judged (by its expected lines or its own steps), and every probe file in
+// src/gate/probes/ is used, by a row or by a step (the prelude, the second caller's and the
+// screen's jobs).
+TEST(GateTable, EveryRowIsJudgedAndEveryProbeIsUsed) {
+  std::vector<std::string> ids;
+  std::set<const gate::Probe*> used = {&gate::probes::prelude, &gate::probes::screen_bundle,
+                                       &gate::probes::other_caller_canary};
+  for (const auto& a : gate::attack_catalogue()) {
+    ids.emplace_back(a.id);
+    ASSERT_NE(a.probe, nullptr) << a.id;
+    used.insert(a.probe);
+    EXPECT_TRUE(a.steps || !a.expects.empty()) << a.id << " is never judged";
+    EXPECT_FALSE(a.control.empty() || a.description.empty()) << a.id;
+  }
+  std::vector<std::string> expected = kAttacks;
+  expected.insert(expected.end(), kOutboundAttacks.begin(), kOutboundAttacks.end());
+  std::sort(ids.begin(), ids.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ids, expected);
+  for (const gate::Probe* p : gate::probes::kAll) EXPECT_TRUE(used.count(p)) << p->file << " is used by no attack";
+  EXPECT_EQ(used.size(), std::size(gate::probes::kAll));
 }
 
 class GateWeakened : public Gate, public ::testing::WithParamInterface<WeakenedRow> {};

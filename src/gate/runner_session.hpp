@@ -1,15 +1,13 @@
-// The gate's side of a runner session: frames over a Unix socket (as root, the caller "root")
-// or over a `motor-runner connect --caller NAME` bridge (the session acts as that caller).
-// Every read has a deadline, and an interrupt (SIGINT/SIGTERM to the gate) ends the wait, so the
-// gate never hangs on a runner that stopped answering and always gets to its clean-up.
+// The gate's side of a runner session, over client::Connection (the protocol client `motor`
+// uses): to the Unix socket (as root, the caller "root") or through a `motor-runner connect
+// --caller NAME` bridge on a socket pair (the session acts as that caller). Every read has a
+// deadline, and an interrupt (SIGINT/SIGTERM to the gate) ends the wait, so the gate never hangs
+// on a runner that stopped answering and always gets to its clean-up.
 #pragma once
 
 #include <sys/types.h>
 
-#include <simdjson.h>
-
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,9 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "client/connection.hpp"
 #include "motor/expected.hpp"
-#include "motor/unique_fd.hpp"
-#include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
 
 namespace motor::gate {
@@ -62,16 +59,16 @@ struct JobResult {
   }
 };
 
-class GateSession {
+class RunnerSession {
  public:
-  static Expected<std::unique_ptr<GateSession>> connect_socket(const std::string& socket_path);
+  static Expected<std::unique_ptr<RunnerSession>> connect_socket(const std::string& socket_path);
   // Starts `self_exe connect --caller NAME --socket PATH` on a socketpair, as ssh would for a
   // forced command. The bridge exits when the session is closed.
-  static Expected<std::unique_ptr<GateSession>> via_bridge(const std::string& self_exe, const std::string& socket_path,
-                                                           const std::string& caller);
-  ~GateSession();
-  GateSession(const GateSession&) = delete;
-  GateSession& operator=(const GateSession&) = delete;
+  static Expected<std::unique_ptr<RunnerSession>> via_bridge(const std::string& self_exe, const std::string& socket_path,
+                                                             const std::string& caller);
+  ~RunnerSession();
+  RunnerSession(const RunnerSession&) = delete;
+  RunnerSession& operator=(const RunnerSession&) = delete;
 
   // A request and its one reply: the raw "result" JSON, or the error.
   Expected<std::string> call(std::string_view method, std::string_view params_json, int timeout_ms);
@@ -82,16 +79,12 @@ class GateSession {
                 const std::function<void(const std::string& job_id)>& on_first_output = {});
 
  private:
-  GateSession() = default;
-  Status send(const std::string& payload);
-  Expected<std::string> next_frame(int64_t deadline_ms);
+  RunnerSession(client::Connection connection, pid_t bridge) : connection_(std::move(connection)), bridge_(bridge) {}
+  // The next message for request `id` (others are skipped), by `deadline_ms`.
+  Expected<protocol::Message> next_for(int64_t id, int64_t deadline_ms);
 
-  UniqueFd fd_;
+  std::optional<client::Connection> connection_;
   pid_t bridge_ = -1;
-  protocol::FrameDecoder decoder_;
-  std::deque<std::string> frames_;
-  simdjson::dom::parser parser_;
-  int64_t next_id_ = 1;
 };
 
 // Milliseconds on the monotonic clock.

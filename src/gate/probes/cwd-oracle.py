@@ -1,0 +1,3 @@
+os.symlink('/root', '/workspace/' + A)
+os.symlink('/nonexistent-gate-' + M, '/workspace/' + B)
+P('planted', 'yes')

@@ -1,0 +1,2 @@
+b = b'x' * (256 << 20)
+P('survived', len(b))

@@ -1,0 +1,2 @@
+T('read ' + HOST, lambda: R(HOST))
+T('read ' + REL, lambda: R(REL))

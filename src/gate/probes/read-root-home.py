@@ -1,0 +1,1 @@
+T('list /root', lambda: len(os.listdir('/root')))

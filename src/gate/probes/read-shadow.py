@@ -1,0 +1,1 @@
+T('read /etc/shadow', lambda: R('/etc/shadow'))

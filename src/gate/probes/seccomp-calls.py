@@ -1,0 +1,2 @@
+for name, nr, args in TRIES:
+    C(name, lambda nr=nr, args=args: SC(nr, *args))

@@ -1,0 +1,2 @@
+RUN('id -u', [ID, '-u'])
+RUN('id', [ID])

@@ -1,0 +1,1 @@
+T('msgget the host queue', lambda: SC(68, KEY, 0))

@@ -1,0 +1,1 @@
+echo ran > /workspace/$0

@@ -1,0 +1,2 @@
+for c in CACHES:
+    T('create in ' + c, lambda c=c: W(c + '/' + NAME, True))

@@ -1,0 +1,1 @@
+T('create in /', lambda: W('/gate-probe'))
