@@ -13,7 +13,7 @@
 namespace motor::client {
 
 struct CliOptions {
-  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | screen
+  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | exec-remote | screen
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
   std::optional<SshTarget> host;       // --host ssh://..., else $MOTOR_HOST: the runner is there
   std::string workspace_key = "default";
@@ -45,6 +45,8 @@ struct CliOptions {
   std::optional<std::string> screen_diff;    // screen --diff FILE
   bool screen_stdin = false;                 // screen --stdin
   bool screen_rules = false;                 // screen --rules: print the table (docs/change-screen.md)
+  bool stdio = false;                        // exec-remote --stdio: one caller on stdin/stdout
+  std::string listen_path;                   // exec-remote --listen SOCKET: callers on a 0600 socket
 };
 
 inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";

@@ -67,6 +67,16 @@ const cli::ProgramSpec& client_program() {
               {"resume", "", "take new jobs again", "", {kSocket, kHost}},
               {"workspace", "(prepare | drop KEY | list)", "send this checkout's state to its workspace, drop one, list them",
                "", {kSocket, kHost, kWorkspace, kUntrusted, kBase}},
+              {"exec-remote", "(--stdio | --listen SOCKET)",
+               "an exec-remote/v1 endpoint for a caller on this machine (docs/exec-remote.md)",
+               "A caller that speaks exec-remote/v1, with no code of Motor's linked in, sends its requests here "
+               "(frames: a 4-byte big-endian length, then one JSON object). exec.run and workspace.prepare name "
+               "the caller's checkout by its path (workspace_key): the endpoint snapshots it as it is on disk, "
+               "syncs it to the runner and relays the runner's stream; the other methods are relayed as they "
+               "are. Each request gets a runner connection of its own.",
+               {kSocket, kHost,
+                {"--stdio", "", "", "one caller on stdin and stdout, until stdin ends"},
+                {"--listen", "", "SOCKET", "callers of this account on a Unix socket (mode 0600), until SIGTERM"}}},
               {"screen", "(BASE..HEAD | --diff FILE | --stdin | --rules)",
                "may this change be executed at all? (docs/change-screen.md)", "",
                {{"--diff", "", "FILE", "screen this diff"},

@@ -4,18 +4,24 @@
 
 namespace motor::client {
 
-int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed) {
+int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed,
+                  std::optional<int64_t> retry_after_ms) {
   using Kind = protocol::Outcome::Kind;
-  if (killed == std::optional<std::string>("deadline")) return kExitDeadline;
+  using protocol::KillReason;
+  // An unknown `killed` value (another runner's) says only that it was killed: the outcome decides.
+  const std::optional<KillReason> kill = killed ? protocol::parse_kill_reason(*killed) : std::nullopt;
+  if (kill == KillReason::kDeadline) return kExitDeadline;
   // Stopped by the runner's own shutdown, not by anyone's cancel: not 130, which is Ctrl-C's.
-  if (killed == std::optional<std::string>("shutdown")) return kExitDropped;
-  if (killed == std::optional<std::string>("cancel") || outcome.kind == Kind::kCancelled) return kExitCancelled;
+  if (kill == KillReason::kShutdown) return kExitDropped;
+  if (kill == KillReason::kCancel || outcome.kind == Kind::kCancelled) return kExitCancelled;
   switch (outcome.kind) {
     case Kind::kExit: return outcome.code & 0xff;
     case Kind::kSignal: return 128 + (outcome.signal & 0x7f);
-    case Kind::kRefusedBeforeStart:
-      return protocol::is_transient_refusal(outcome.reason) ? kExitTransient : kExitUnavailable;
+    // The runner's hint decides, whatever the reason (one this client does not know too): with
+    // retry_after_ms it says "try again later"; without it the refusal is lasting.
+    case Kind::kRefusedBeforeStart: return retry_after_ms ? kExitTransient : kExitUnavailable;
     case Kind::kCancelled: return kExitCancelled;
+    // Also every outcome this client does not know: it may have run (exec-remote/v1).
     case Kind::kOutcomeUnknown: return kExitDropped;
     case Kind::kHistoryExpired: return kExitSoftware;
   }

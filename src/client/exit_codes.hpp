@@ -1,6 +1,7 @@
 // How `motor run` turns a job's terminal record into its own exit status (docs/protocol.md).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -17,7 +18,9 @@ inline constexpr int kExitDropped = 71;      // the runner stopped or restarted 
 inline constexpr int kExitDeadline = 124;    // like timeout(1)
 inline constexpr int kExitCancelled = 130;   // like a shell's Ctrl-C
 
-int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed);
+// A refusal is transient (75) when it carries `retry_after_ms`, lasting (69) when it does not.
+int exit_code_for(const protocol::Outcome& outcome, const std::optional<std::string>& killed,
+                  std::optional<int64_t> retry_after_ms);
 // The exit status for an error (an error reply, a refused connection, a lost runner) by its code.
 int exit_code_for_error(std::string_view code);
 

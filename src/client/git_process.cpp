@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -36,67 +37,45 @@ const std::string& git_path() {
   return path;
 }
 
-}  // namespace
-
-Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra, const GitIo& io) {
-  std::vector<std::string> env_store;
+// The caller's environment with `extra` (NAME=VALUE) replacing or adding variables.
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string_view v(*e);
     bool overridden = false;
     for (const auto& x : extra) overridden |= v.substr(0, v.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
-    if (!overridden) env_store.emplace_back(v);
+    if (!overridden) env.emplace_back(v);
   }
-  env_store.insert(env_store.end(), extra.begin(), extra.end());
-  std::vector<char*> env, argv;
-  for (auto& e : env_store) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> all{"git"};
-  all.insert(all.end(), args.begin(), args.end());
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2], err[2], in[2] = {-1, -1};
-  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
-  if (!io.input.empty() && pipe2(in, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (in[0] >= 0) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  if (!io.wait) {
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  } else {
-    posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Writes `input` to git's stdin. A git that already died must not take the client with it:
+// SIGPIPE is held back for the write (EPIPE then) and a pending one taken away.
+Status feed(int fd, const std::string& input) {
+  sigset_t pipe_only, old_mask;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+  const ssize_t n = write(fd, input.data(), input.size());
+  const timespec no_wait{0, 0};
+  while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
   }
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(out[1]);
-  close(err[1]);
-  UniqueFd o(out[0]), e(err[0]), i_read(in[0]), i_write(in[1]);
-  if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
-  i_read.reset();
-  if (!io.input.empty()) {
-    // A git that already died must not take the client with it: SIGPIPE is held back for the
-    // write (EPIPE then) and a pending one taken away.
-    sigset_t pipe_only, old_mask;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
-    const ssize_t n = write(i_write.get(), io.input.data(), io.input.size());
-    const timespec no_wait{0, 0};
-    while (sigtimedwait(&pipe_only, nullptr, &no_wait) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    if (n != static_cast<ssize_t>(io.input.size())) return Error{"io", "writing to git failed"};
-  }
-  i_write.reset();
-  GitRun r;
-  if (!io.wait) {
-    r.pid = pid;
-    return r;
-  }
-  pollfd fds[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (n != static_cast<ssize_t>(input.size())) return Error{"io", "writing to git failed"};
+  return {};
+}
+
+// Reads git's stdout and stderr to their ends, then waits for it.
+void collect(pid_t pid, int out_fd, int err_fd, GitRun& r) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
   while (open_fds > 0) {
@@ -119,6 +98,50 @@ Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std::string>& extra, const GitIo& io) {
+  std::vector<std::string> env_store = environment_with(extra);
+  std::vector<std::string> all{"git"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> env = pointers(env_store), argv = pointers(all);
+  int out[2], err[2], in[2] = {-1, -1};
+  if (pipe2(out, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  UniqueFd o(out[0]), o_write(out[1]);
+  if (pipe2(err, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  UniqueFd e(err[0]), e_write(err[1]);
+  if (!io.input.empty() && pipe2(in, O_CLOEXEC) < 0) return Error{"io", "pipe failed"};
+  UniqueFd i_read(in[0]), i_write(in[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (in[0] >= 0) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (!io.wait) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  }
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
+  posix_spawn_file_actions_destroy(&fa);
+  o_write.reset();
+  e_write.reset();
+  i_read.reset();
+  if (rc != 0) return Error{"io", fmt::format("cannot run git: {}", std::strerror(rc))};
+  if (!io.input.empty()) {
+    if (auto s = feed(i_write.get(), io.input); !s) return s.error();
+  }
+  i_write.reset();
+  GitRun r;
+  if (!io.wait) {
+    r.pid = pid;
+    return r;
+  }
+  collect(pid, o.get(), e.get(), r);
   return r;
 }
 

@@ -2,17 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <span>
 
@@ -21,7 +17,6 @@
 #include "client/checkout_fingerprint.hpp"
 #include "client/git_process.hpp"
 #include "motor/unique_fd.hpp"
-#include "protocol/base64.hpp"
 #include "protocol/git_bundle.hpp"
 #include "protocol/json_writer.hpp"
 
@@ -70,25 +65,15 @@ Expected<protocol::Message> reply_to(Connection& conn, int64_t id) {
   }
 }
 
-// Reads the final outcome of a prepare from a result; false if the result has none yet.
-bool read_outcome(simdjson::dom::parser& parser, const std::string& raw, PrepareOutcome& out) {
-  simdjson::dom::element result;
-  if (parser.parse(raw)["result"].get(result)) return false;
-  simdjson::dom::element outcome;
-  if (result["outcome"].get(outcome) || outcome.is_null()) return false;
-  std::string_view type, reason, detail, tree;
-  if (outcome["type"].get_string().get(type)) {}
-  out.raw = raw;
-  out.prepared = type == "prepared";
-  if (!outcome["reason"].get_string().get(reason)) out.reason = std::string(reason);
-  if (!result["refusal_detail"].get_string().get(detail)) out.detail = std::string(detail);
-  if (!result["tree_hash"].get_string().get(tree)) out.tree_hash = std::string(tree);
-  int64_t n = 0;
-  if (!result["bundle_bytes"].get_int64().get(n)) out.bundle_bytes = n;
-  if (!result["fetch_ms"].get_int64().get(n)) out.fetch_ms = n;
-  if (!result["checkout_ms"].get_int64().get(n)) out.checkout_ms = n;
-  out.transient = !result["retry_after_ms"].is_null();
-  return true;
+// Sends a request and waits for its reply; an error reply becomes the error.
+Expected<protocol::Message> call(Connection& conn, std::string_view method, const std::string& params) {
+  auto id = conn.request(method, params);
+  if (!id && id.error().code != "unreachable") return id.error();  // the runner's refusal of this connection
+  if (!id) return Error{"transfer_interrupted", id.error().message};
+  auto r = reply_to(conn, *id);
+  if (!r) return r.error();
+  if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
+  return r;
 }
 
 // The commits of `have` this cache can build on. A commit the cache made is a loose object of
@@ -136,41 +121,6 @@ void collect_cache_if_large(const std::string& cache) {
   (void)git({"--git-dir=" + cache, "gc", "--quiet", "--prune=1.day.ago"}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
 }
 
-// $XDG_CACHE_HOME (or ~/.cache): the client's cache repositories and fingerprints.
-std::string cache_base() {
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  const char* home = getenv("HOME");
-  return xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
-}
-
-// The checkout `dir` is in, without starting git: only for a checkout whose last sync left a
-// fingerprint (which holds git's own answers for it) and a plain `.git` directory; nullopt
-// sends the caller to `git rev-parse`.
-std::optional<Checkout> checkout_from_fingerprint(const std::string& dir) {
-  char real[PATH_MAX];
-  if (!realpath(dir.c_str(), real)) return std::nullopt;
-  std::string root = real;
-  for (;;) {
-    struct stat st {};
-    if (root.find("/.git/") != std::string::npos || root.ends_with("/.git")) return std::nullopt;  // git says: not a work tree
-    if (lstat((root == "/" ? std::string("/.git") : root + "/.git").c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) return std::nullopt;  // a worktree link, or someone else's
-      break;
-    }
-    if (root == "/") return std::nullopt;
-    root.resize(std::max<size_t>(root.rfind('/'), 1));
-  }
-  UniqueFd fd(open(fingerprint_path(cache_base(), root).c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return std::nullopt;
-  Checkout c;
-  c.root = root;
-  const std::string here = real;
-  c.rel_cwd = here.size() > root.size() ? here.substr(root.size() + (root == "/" ? 0 : 1)) : "";
-  c.objects_dir = root + "/.git/objects";
-  c.index_path = root + "/.git/index";
-  return c;
-}
-
 void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_point start, bool done) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = s > 0 ? static_cast<double>(sent) / s : 0;
@@ -178,219 +128,237 @@ void show_progress(int64_t sent, int64_t total, std::chrono::steady_clock::time_
              static_cast<double>(total) / 1048576.0, rate / 1048576.0, done ? "\n" : "");
 }
 
-}  // namespace
+const std::vector<std::string> kFixedIdentity = {
+    "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
+    "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
 
-Expected<Checkout> find_checkout(const std::string& dir) {
-  if (auto known = checkout_from_fingerprint(dir)) return *known;
-  // One git call for all four: each process costs ~10-20 ms on a loaded host.
-  auto r = git({"-C", dir, "rev-parse", "--show-toplevel", "--show-prefix", "--path-format=absolute", "--git-path",
-                "objects", "--git-path", "index"});
-  if (!r) return r.error();
-  if (r->status != 0) return Error{"not_a_checkout", dir + " is not inside a Git checkout"};
-  std::vector<std::string> lines;
-  for (size_t at = 0; at < r->out.size();) {
-    const auto nl = r->out.find('\n', at);
-    if (nl == std::string::npos) break;
-    lines.push_back(r->out.substr(at, nl - at));
-    at = nl + 1;
-  }
-  if (lines.size() != 4) return Error{"not_a_checkout", "git rev-parse: unexpected output"};
-  Checkout c;
-  c.root = lines[0];
-  c.rel_cwd = lines[1];
-  while (!c.rel_cwd.empty() && c.rel_cwd.back() == '/') c.rel_cwd.pop_back();
-  c.objects_dir = lines[2];
-  c.index_path = lines[3];
-  return c;
-}
+// The checkout's tree as it is on disk, in the private cache repository.
+struct Snapshot {
+  std::string cache, private_index, fingerprint, tree;
+  bool unchanged = false;  // the fingerprint vouched for the tree: no git ran
+  FingerprintStart fp_start;
+};
 
-std::string derive_workspace_key(const std::string& root) {
-  std::string base = root.substr(root.rfind('/') + 1);
-  std::string safe;
-  for (char c : base) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-    safe.push_back(ok ? c : '_');
-  }
-  while (!safe.empty() && safe[0] == '.') safe.erase(0, 1);
-  if (safe.size() > 100) safe.resize(100);
-  if (safe.empty()) safe = "checkout";
-  return fmt::format("{}-{:08x}", safe, static_cast<uint32_t>(path_hash(root)));
-}
-
-Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const std::string& key,
-                                           bool progress, const std::optional<std::string>& untrusted_base) {
-  const std::string& root = checkout.root;
-  const std::string* objects = &checkout.objects_dir;
-  const std::string* index = &checkout.index_path;
-
-  // The private cache repository: objects of synthetic commits, the private index (its stat
-  // data makes the next `git add` hash only what changed) and the last bundled commits.
-  const std::string cache = fmt::format("{}/motor/repos/{:016x}.git", cache_base(), path_hash(*objects));
+// The private cache repository: objects of synthetic commits, the private index (its stat data
+// makes the next `git add` hash only what changed) and the last bundled commits.
+Status open_cache(const std::string& cache, const std::string& objects, const std::string& index,
+                  const std::string& private_index) {
   if (!file_exists(cache + "/HEAD")) {
     if (auto s = git_ok({"init", "-q", "--bare", cache}); !s) return s.error();
     if (auto s = git_ok({"--git-dir=" + cache, "config", "gc.auto", "0"}); !s) return s.error();
     const std::string alternates = cache + "/objects/info/alternates";
     UniqueFd f(open(alternates.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    const std::string line = *objects + "\n";
+    const std::string line = objects + "\n";
     if (!f || write(f.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
       return Error{"io", "writing " + alternates};
     }
   }
-  const std::string private_index = cache + "/motor-index";
-  if (!file_exists(private_index) && file_exists(*index)) {
-    if (auto s = copy_file(*index, private_index); !s) return s.error();
-  }
-  const std::vector<std::string> private_env = {"GIT_INDEX_FILE=" + private_index, "GIT_OBJECT_DIRECTORY=" + cache + "/objects"};
+  if (!file_exists(private_index) && file_exists(index)) return copy_file(index, private_index);
+  return {};
+}
+
+Expected<Snapshot> snapshot(const Checkout& checkout, bool trust_fingerprint) {
+  const std::string& objects = checkout.objects_dir;
+  const std::string& index = checkout.index_path;
+  Snapshot s;
+  s.cache = fmt::format("{}/motor/repos/{:016x}.git", cache_base(), path_hash(objects));
+  s.private_index = s.cache + "/motor-index";
+  if (auto st = open_cache(s.cache, objects, index, s.private_index); !st) return st.error();
   // Nothing changed since the last sync (checkout_fingerprint.hpp): its tree, without git.
-  const std::string fingerprint = fingerprint_path(cache_base(), root);
-  std::optional<std::string> unchanged = untrusted_base ? std::nullopt : unchanged_tree(fingerprint, root);
-  if (unchanged && !protocol::is_object_id(*unchanged)) unchanged.reset();
-  const bool plain_layout = *objects == index->substr(0, index->rfind('/')) + "/objects";
-  FingerprintStart fp_start;
-  if (!unchanged && plain_layout) fp_start = begin_fingerprint(root, index->substr(0, index->rfind('/')), cache);
-  Expected<std::string> tree = unchanged ? Expected<std::string>(*unchanged) : Expected<std::string>(std::string());
-  if (!unchanged) {
-    if (auto s = git_ok({"-C", root, "add", "-A", "--", "."}, private_env); !s) return s.error();
-    tree = git_ok({"-C", root, "write-tree"}, private_env);
-    if (!tree) return tree.error();
+  s.fingerprint = fingerprint_path(cache_base(), checkout.root);
+  if (trust_fingerprint) {
+    if (auto tree = unchanged_tree(s.fingerprint, checkout.root); tree && protocol::is_object_id(*tree)) {
+      s.tree = *tree;
+      s.unchanged = true;
+      return s;
+    }
   }
-  // After a prepare the runner has this tree: the fingerprint vouches for it next time.
-  auto remember = [&](const PrepareOutcome& o) {
-    if (!unchanged && o.prepared && !untrusted_base) save_fingerprint(fingerprint, root, *tree, private_index, fp_start);
-  };
-  const std::vector<std::string> fixed_identity = {
-      "GIT_AUTHOR_NAME=motor", "GIT_AUTHOR_EMAIL=motor@localhost", "GIT_AUTHOR_DATE=@0 +0000",
-      "GIT_COMMITTER_NAME=motor", "GIT_COMMITTER_EMAIL=motor@localhost", "GIT_COMMITTER_DATE=@0 +0000"};
-  // Untrusted: the base revision's tree as a parentless commit of its own; the synthetic commit
-  // gets it as a parent, so the bundle carries what the runner needs to screen the change.
-  std::string screen_base;
-  if (untrusted_base) {
-    auto base_tree = git_ok({"-C", root, "rev-parse", "--verify", "-q", "--end-of-options", *untrusted_base + "^{tree}"});
-    if (!base_tree) return Error{"git", "--base " + *untrusted_base + " is not a revision of this checkout"};
-    auto base = git_ok({"--git-dir=" + cache, "commit-tree", *base_tree, "-m", "motor screen base"}, fixed_identity);
-    if (!base) return base.error();
-    screen_base = *base;
-  }
+  const std::string git_dir = index.substr(0, index.rfind('/'));
+  if (objects == git_dir + "/objects") s.fp_start = begin_fingerprint(checkout.root, git_dir, s.cache);
+  const std::vector<std::string> private_env = {"GIT_INDEX_FILE=" + s.private_index, "GIT_OBJECT_DIRECTORY=" + s.cache + "/objects"};
+  if (auto st = git_ok({"-C", checkout.root, "add", "-A", "--", "."}, private_env); !st) return st.error();
+  auto tree = git_ok({"-C", checkout.root, "write-tree"}, private_env);
+  if (!tree) return tree.error();
+  s.tree = *tree;
+  return s;
+}
 
-  simdjson::dom::parser parser;
-  protocol::JsonWriter w;
-  w.begin_object().field("workspace_key", key).field("repository_root", root).field("tree_hash", *tree);
-  if (untrusted_base) w.field("untrusted", true).field("screen_base", screen_base);
-  w.end_object();
-  auto id = conn.request("workspace.prepare", w.str());
-  if (!id && id.error().code != "unreachable") return id.error();  // the runner's refusal of this connection
-  if (!id) return Error{"transfer_interrupted", id.error().message};
-  auto first = reply_to(conn, *id);
-  if (!first) return first.error();
-  if (first->kind == protocol::Message::Kind::kError) return Error{first->error_code, first->error_message};
-  PrepareOutcome outcome;
-  if (read_outcome(parser, first->raw, outcome)) {
-    remember(outcome);
-    return outcome;
-  }
+// Untrusted: the base revision's tree as a parentless commit of its own; the synthetic commit
+// gets it as a parent, so the bundle carries what the runner needs to screen the change.
+Expected<std::string> screen_base_commit(const Checkout& checkout, const std::string& cache, const std::string& base) {
+  auto base_tree = git_ok({"-C", checkout.root, "rev-parse", "--verify", "-q", "--end-of-options", base + "^{tree}"});
+  if (!base_tree) return Error{"git", "--base " + base + " is not a revision of this checkout"};
+  return git_ok({"--git-dir=" + cache, "commit-tree", *base_tree, "-m", "motor screen base"}, kFixedIdentity);
+}
 
-  simdjson::dom::element result;
-  if (parser.parse(first->raw)["result"].get(result)) return Error{"bad_reply", "workspace.prepare: no result"};
-  std::string_view tid_view;
-  if (result["transfer_id"].get_string().get(tid_view)) return Error{"bad_reply", "workspace.prepare: no transfer_id"};
-  const std::string transfer_id(tid_view);
+// What the first reply asks for: the transfer and what the runner already has.
+struct Wanted {
+  std::string transfer_id;
   int64_t chunk = 512 * 1024, max_bundle = INT64_MAX;
-  if (result["chunk_bytes"].get_int64().get(chunk)) {}
-  if (result["max_bundle_bytes"].get_int64().get(max_bundle)) {}
   std::vector<std::string> have;
+};
+
+Expected<Wanted> read_wanted(simdjson::dom::parser& parser, const std::string& raw) {
+  simdjson::dom::element result;
+  if (parser.parse(raw)["result"].get(result)) return Error{"bad_reply", "workspace.prepare: no result"};
+  std::string_view tid;
+  if (result["transfer_id"].get_string().get(tid)) return Error{"bad_reply", "workspace.prepare: no transfer_id"};
+  Wanted w;
+  w.transfer_id = std::string(tid);
+  if (result["chunk_bytes"].get_int64().get(w.chunk)) {}
+  if (result["max_bundle_bytes"].get_int64().get(w.max_bundle)) {}
   simdjson::dom::array have_list;
   if (!result["have"].get_array().get(have_list)) {
     for (auto h : have_list) {
       std::string_view c;
-      if (!h.get_string().get(c) && protocol::is_object_id(c)) have.emplace_back(c);
+      if (!h.get_string().get(c) && protocol::is_object_id(c)) w.have.emplace_back(c);
     }
   }
-  // Prerequisites: what the runner has that we still have; the first becomes the parent, so
-  // the pack holds only the objects that differ from it.
-  const std::vector<std::string> known = commits_we_have(cache, *objects, have);
-  std::vector<std::string> commit_args = {"--git-dir=" + cache, "commit-tree", *tree, "-m", "motor workspace " + key};
-  if (!known.empty()) {
-    commit_args.push_back("-p");
-    commit_args.push_back(known.front());
+  return w;
+}
+
+// A bundle file that is removed when it goes out of scope.
+struct BundleFile {
+  std::string path, commit;
+  UniqueFd fd;
+  int64_t size = 0;
+  ~BundleFile() {
+    if (!path.empty()) unlink(path.c_str());
   }
-  if (!screen_base.empty()) {
-    commit_args.push_back("-p");
-    commit_args.push_back(screen_base);
-  }
-  auto commit = git_ok(commit_args, fixed_identity);
-  if (!commit && unchanged) unlink(fingerprint.c_str());  // its tree is gone from the cache: the next run syncs in full
+};
+
+// The synthetic commit on the runner's `known` commits and the bundle of what it lacks: its header
+// written here, the pack by pack-objects (what `git bundle create` does, without its extra process
+// and ref walk).
+Status write_bundle(const Snapshot& s, const std::string& key, const std::vector<std::string>& known,
+                    const std::string& screen_base, BundleFile& b) {
+  std::vector<std::string> commit_args = {"--git-dir=" + s.cache, "commit-tree", s.tree, "-m", "motor workspace " + key};
+  if (!known.empty()) commit_args.insert(commit_args.end(), {"-p", known.front()});
+  if (!screen_base.empty()) commit_args.insert(commit_args.end(), {"-p", screen_base});
+  auto commit = git_ok(commit_args, kFixedIdentity);
+  if (!commit && s.unchanged) unlink(s.fingerprint.c_str());  // its tree is gone from the cache: the next run syncs in full
   if (!commit) return commit.error();
+  b.commit = *commit;
   // The keep ref (what the cache's pruning keeps) is written while the bundle is made and sent.
-  auto keep = git({"--git-dir=" + cache, "update-ref", "refs/motor/keep/" + key, *commit}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
+  auto keep = git({"--git-dir=" + s.cache, "update-ref", "refs/motor/keep/" + key, b.commit}, {}, GitIo{.input = {}, .out_fd = -1, .wait = false});
   struct Reaper {
     pid_t pid;
     ~Reaper() { reap(pid); }
   } keep_reaper{keep ? keep->pid : -1};
-  // The bundle: its header written here, the pack by pack-objects (what `git bundle create`
-  // does, without its extra process and ref walk).
-  const std::string bundle = cache + "/motor-" + std::to_string(getpid()) + ".bundle";
-  struct Cleanup {
-    std::string path;
-    ~Cleanup() { unlink(path.c_str()); }
-  } cleanup{bundle};
-  UniqueFd fd(open(bundle.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return Error{"io", fmt::format("writing {}: {}", bundle, std::strerror(errno))};
-  const std::string header = protocol::format_bundle_header(*commit, "refs/motor/synthetic", known);
-  if (write(fd.get(), header.data(), header.size()) != static_cast<ssize_t>(header.size())) {
-    return Error{"io", "writing the bundle " + bundle};
+  // Unique per prepare: `motor exec-remote` runs several at once.
+  static std::atomic<uint64_t> serial{0};
+  b.path = fmt::format("{}/motor-{}-{}.bundle", s.cache, getpid(), serial.fetch_add(1));
+  b.fd = UniqueFd(open(b.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!b.fd) return Error{"io", fmt::format("writing {}: {}", b.path, std::strerror(errno))};
+  const std::string header = protocol::format_bundle_header(b.commit, "refs/motor/synthetic", known);
+  if (write(b.fd.get(), header.data(), header.size()) != static_cast<ssize_t>(header.size())) {
+    return Error{"io", "writing the bundle " + b.path};
   }
-  std::string revs = *commit + "\n";
+  std::string revs = b.commit + "\n";
   for (const auto& k : known) revs += "^" + k + "\n";
-  auto packed = git({"--git-dir=" + cache, "pack-objects", "--stdout", "--thin", "--delta-base-offset", "--revs", "-q"}, {},
-                    GitIo{.input = revs, .out_fd = fd.get(), .wait = true});
+  auto packed = git({"--git-dir=" + s.cache, "pack-objects", "--stdout", "--thin", "--delta-base-offset", "--revs", "-q"}, {},
+                    GitIo{.input = revs, .out_fd = b.fd.get(), .wait = true});
   if (!packed) return packed.error();
   if (packed->status != 0) return Error{"git", "git pack-objects failed: " + trimmed(packed->err)};
   struct stat st {};
-  if (fstat(fd.get(), &st) < 0) return Error{"io", "reading the bundle " + bundle};
-  const int64_t total = st.st_size;
-  if (total > max_bundle) {
-    return Error{"bundle_rejected", fmt::format("the bundle is {} bytes, over the runner's limit of {} bytes "
-                                                "(max_bundle_size); nothing was sent",
-                                                total, max_bundle)};
-  }
+  if (fstat(b.fd.get(), &st) < 0) return Error{"io", "reading the bundle " + b.path};
+  b.size = st.st_size;
+  return {};
+}
 
+// Sends the bundle in chunks; an outcome before the end (a refusal) is returned at once.
+Expected<std::optional<PrepareOutcome>> upload(Connection& conn, simdjson::dom::parser& parser, const Wanted& w,
+                                               const BundleFile& b, bool progress) {
   const auto start = std::chrono::steady_clock::now();
   auto last_shown = start;
-  std::string data(static_cast<size_t>(chunk), '\0');
-  int64_t sent = 0;
-  while (sent < total) {
-    const ssize_t n = pread(fd.get(), data.data(), data.size(), sent);
+  std::string data(static_cast<size_t>(w.chunk), '\0');
+  for (int64_t sent = 0; sent < b.size;) {
+    const ssize_t n = pread(b.fd.get(), data.data(), data.size(), sent);
     if (n <= 0) return Error{"io", "reading the bundle"};
     protocol::JsonWriter u;
-    u.begin_object().field("transfer_id", transfer_id).field("offset", sent).key("data");
+    u.begin_object().field("transfer_id", w.transfer_id).field("offset", sent).key("data");
     u.base64(std::string_view(data.data(), static_cast<size_t>(n))).end_object();
-    auto uid = conn.request("workspace.upload", u.str());
-    if (!uid) return Error{"transfer_interrupted", uid.error().message};
-    auto r = reply_to(conn, *uid);
+    auto r = call(conn, "workspace.upload", u.str());
     if (!r) return r.error();
-    if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
-    if (read_outcome(parser, r->raw, outcome)) {
+    if (auto outcome = read_prepare_outcome(parser, r->raw)) {
       if (progress) fmt::print(stderr, "\n");
       return outcome;
     }
     sent += n;
     const auto now = std::chrono::steady_clock::now();
-    if (progress && (now - last_shown > std::chrono::milliseconds(200) || sent == total)) {
-      show_progress(sent, total, start, sent == total);
+    if (progress && (now - last_shown > std::chrono::milliseconds(200) || sent == b.size)) {
+      show_progress(sent, b.size, start, sent == b.size);
       last_shown = now;
     }
   }
+  return std::optional<PrepareOutcome>();
+}
+
+std::string prepare_params(const Checkout& checkout, const PrepareRequest& req, const std::string& tree,
+                           const std::string& screen_base) {
+  protocol::JsonWriter w;
+  w.begin_object().field("workspace_key", req.key);
+  w.field("repository_root", req.repository_root.empty() ? checkout.root : req.repository_root).field("tree_hash", tree);
+  if (!req.siblings.empty()) {
+    w.key("siblings").begin_array();
+    for (const auto& s : req.siblings) w.string(s);
+    w.end_array();
+  }
+  if (req.untrusted_base) w.field("untrusted", true).field("screen_base", screen_base);
+  w.end_object();
+  return w.take();
+}
+
+}  // namespace
+
+Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& checkout, const PrepareRequest& req) {
+  auto snap = snapshot(checkout, !req.untrusted_base);
+  if (!snap) return snap.error();
+  // After a prepare the runner has this tree: the fingerprint vouches for it next time.
+  auto remember = [&](const PrepareOutcome& o) {
+    if (!snap->unchanged && o.prepared && !req.untrusted_base) {
+      save_fingerprint(snap->fingerprint, checkout.root, snap->tree, snap->private_index, snap->fp_start);
+    }
+  };
+  std::string screen_base;
+  if (req.untrusted_base) {
+    auto base = screen_base_commit(checkout, snap->cache, *req.untrusted_base);
+    if (!base) return base.error();
+    screen_base = *base;
+  }
+  simdjson::dom::parser parser;
+  auto first = call(conn, "workspace.prepare", prepare_params(checkout, req, snap->tree, screen_base));
+  if (!first) return first.error();
+  if (auto outcome = read_prepare_outcome(parser, first->raw)) {
+    remember(*outcome);
+    return *outcome;
+  }
+  auto wanted = read_wanted(parser, first->raw);
+  if (!wanted) return wanted.error();
+  // Prerequisites: what the runner has that we still have; the first becomes the parent, so
+  // the pack holds only the objects that differ from it.
+  BundleFile bundle;
+  if (auto s = write_bundle(*snap, req.key, commits_we_have(snap->cache, checkout.objects_dir, wanted->have), screen_base, bundle); !s) {
+    return s.error();
+  }
+  if (bundle.size > wanted->max_bundle) {
+    return Error{"bundle_rejected", fmt::format("the bundle is {} bytes, over the runner's limit of {} bytes "
+                                                "(max_bundle_size); nothing was sent",
+                                                bundle.size, wanted->max_bundle)};
+  }
+  auto early = upload(conn, parser, *wanted, bundle, req.progress);
+  if (!early) return early.error();
+  if (*early) return **early;
   protocol::JsonWriter f;
-  f.begin_object().field("transfer_id", transfer_id).field("commit", *commit).field("bundle_bytes", total).end_object();
-  auto fid = conn.request("workspace.finish", f.str());
-  if (!fid) return Error{"transfer_interrupted", fid.error().message};
-  auto r = reply_to(conn, *fid);
+  f.begin_object().field("transfer_id", wanted->transfer_id).field("commit", bundle.commit).field("bundle_bytes", bundle.size);
+  f.end_object();
+  auto r = call(conn, "workspace.finish", f.str());
   if (!r) return r.error();
-  if (r->kind == protocol::Message::Kind::kError) return Error{r->error_code, r->error_message};
-  if (!read_outcome(parser, r->raw, outcome)) return Error{"bad_reply", "workspace.finish: no outcome"};
-  remember(outcome);
-  if (outcome.prepared) collect_cache_if_large(cache);
-  return outcome;
+  auto outcome = read_prepare_outcome(parser, r->raw);
+  if (!outcome) return Error{"bad_reply", "workspace.finish: no outcome"};
+  remember(*outcome);
+  if (outcome->prepared) collect_cache_if_large(snap->cache);
+  return *outcome;
 }
 
 }  // namespace motor::client

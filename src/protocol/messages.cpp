@@ -619,9 +619,9 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   std::string_view s;
   if (!obj.at_key("job_id").get_string().get(s)) m.job_id = std::string(s);
   if (m.type == "output") {
+    // A stream label this version does not know is kept (exec-remote/v1: deliver its bytes and
+    // seq); the client decides where such bytes go (never to its stdout).
     if (obj.at_key("stream").get_string().get(s)) return bad("output record without \"stream\"");
-    // Found by fuzz_client_stream: any other stream's bytes went to the client's stdout.
-    if (s != "stdout" && s != "stderr") return bad("output record whose \"stream\" is neither stdout nor stderr");
     m.stream = std::string(s);
     if (obj.at_key("bytes").get_string().get(s)) return bad("output record without \"bytes\"");
     auto bytes = base64_decode(s);
@@ -632,8 +632,11 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
     auto o = parse_outcome(e);
     if (!o) return o.error();
     m.outcome = *o;
+    if (!e.at_key("type").get_string().get(s)) m.outcome_type = std::string(s);
     if (!obj.at_key("killed").get_string().get(s)) m.killed = std::string(s);
     if (!obj.at_key("refusal_detail").get_string().get(s)) m.refusal_detail = std::string(s);
+    // Absent (or null) means no hint: the key's presence, not a null test, says "transient".
+    if (int64_t hint = 0; !obj.at_key("retry_after_ms").get_int64().get(hint) && hint >= 0) m.retry_after_ms = hint;
   }
   return m;
 }

@@ -171,6 +171,8 @@ struct Message {
   Outcome outcome;                         // terminal
   std::optional<std::string> killed;       // terminal
   std::optional<std::string> refusal_detail;
+  std::optional<int64_t> retry_after_ms;   // terminal: a refusal's retry hint, only when sent
+  std::string outcome_type;                // terminal: the outcome's "type" as sent (names one we do not know)
   std::string raw;                         // the frame as received
 };
 Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view payload);

@@ -316,15 +316,20 @@ RawClient::RawClient(const std::string& socket_path) {
   }
 }
 
-std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path, const std::string& caller) {
+std::unique_ptr<RawClient> RawClient::via_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return nullptr;
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::vector<std::string> env_store(env_add);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(sv[1], 0);
     dup2(sv[1], 1);
-    execl(MOTOR_RUNNER_BIN, MOTOR_RUNNER_BIN, "connect", "--caller", caller.c_str(), "--socket", socket_path.c_str(),
-          static_cast<char*>(nullptr));
+    for (auto& e : env_store) putenv(e.data());
+    execv(cargs[0], cargs.data());
     _exit(127);
   }
   close(sv[1]);
@@ -332,6 +337,10 @@ std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path,
   c->fd_ = sv[0];
   c->bridge_pid_ = pid;
   return c;
+}
+
+std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path, const std::string& caller) {
+  return via_program({MOTOR_RUNNER_BIN, "connect", "--caller", caller, "--socket", socket_path});
 }
 
 namespace {

@@ -105,6 +105,10 @@ class RawClient {
   explicit RawClient(const std::string& socket_path);
   // A session through `motor-runner connect --caller NAME`, as ssh would run it for a caller.
   static std::unique_ptr<RawClient> via_bridge(const std::string& socket_path, const std::string& caller);
+  // A session with a program's stdin and stdout (`argv[0]` a path), its environment plus `env_add`;
+  // closing the session is its EOF, and it is waited for (killed after 2 s).
+  static std::unique_ptr<RawClient> via_program(const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& env_add = {});
   // A connection made by another account: a child switches to `uid`/`gid`, connects (so
   // SO_PEERCRED names that account) and hands the socket back. Null if that failed.
   static std::unique_ptr<RawClient> as_account(const std::string& socket_path, uid_t uid, gid_t gid);
