@@ -87,7 +87,7 @@ bool read_outcome(simdjson::dom::parser& parser, const std::string& raw, Prepare
   if (!result["bundle_bytes"].get_int64().get(n)) out.bundle_bytes = n;
   if (!result["fetch_ms"].get_int64().get(n)) out.fetch_ms = n;
   if (!result["checkout_ms"].get_int64().get(n)) out.checkout_ms = n;
-  out.transient = !result["retry_after_ms"].is_null();
+  out.transient = result["retry_after_ms"].get_int64().get(n) == simdjson::SUCCESS;  // absent: lasting
   return true;
 }
 
