@@ -5,7 +5,17 @@
 
 #include <uv.h>
 
+#include <string>
+
+#include "motor/expected.hpp"
+
 namespace motor::reactor {
+
+// A libuv return code as a Status: `what` and uv_strerror on failure.
+inline Status uv_status(int rc, const std::string& what) {
+  if (rc >= 0) return {};
+  return make_error("io", what + ": " + uv_strerror(rc));
+}
 
 template <typename T>
 class UvHandle {
@@ -26,6 +36,16 @@ class UvHandle {
     live_ = true;
   }
   bool live() const { return h_ && live_; }
+
+  // Calls uv_<type>_init(loop, handle, args...) (or uv_poll_init and the like, whose second
+  // parameter is the handle) and, when it succeeds, marks the handle live for `owner`. Returns
+  // the libuv code: a failed init leaves nothing to close.
+  template <typename Init, typename... Args>
+  int init(void* owner, Init init_fn, uv_loop_t* loop, Args... args) {
+    const int rc = init_fn(loop, h_, args...);
+    if (rc == 0) initialized(owner);
+    return rc;
+  }
 
   void close() {
     if (!h_) return;

@@ -10,7 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdint>
@@ -23,6 +22,7 @@
 #include "base/helper_process.hpp"
 #include "base/log.hpp"
 #include "sandbox/netns_pool.hpp"
+#include "sandbox/sandbox_codec.hpp"
 
 namespace motor::runner {
 namespace {
@@ -34,138 +34,13 @@ constexpr int kExecWaitMs = 5000;
 // A request the helper does not take within this time fails (the helper is stuck).
 constexpr time_t kSendTimeoutS = 2;
 
-// ---- the request and reply bodies: u64 numbers and length-prefixed strings ----
-
-class Writer {
- public:
-  void num(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void str(const std::string& s) {
-    num(s.size());
-    out_ += s;
-  }
-  void strs(const std::vector<std::string>& v) {
-    num(v.size());
-    for (const auto& s : v) str(s);
-  }
-  std::string& bytes() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& in) : in_(in) {}
-  bool ok() const { return ok_; }
-  uint64_t num() {
-    uint64_t v = 0;
-    if (pos_ + sizeof v > in_.size()) return fail();
-    std::memcpy(&v, in_.data() + pos_, sizeof v);
-    pos_ += sizeof v;
-    return v;
-  }
-  std::string str() {
-    const uint64_t n = num();
-    if (!ok_ || n > in_.size() - pos_) return fail(), std::string();
-    std::string s = in_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
-  std::vector<std::string> strs() {
-    const uint64_t n = num();
-    std::vector<std::string> v;
-    for (uint64_t i = 0; ok_ && i < n; ++i) v.push_back(str());
-    return v;
-  }
-
- private:
-  uint64_t fail() {
-    ok_ = false;
-    return 0;
-  }
-  const std::string& in_;
-  size_t pos_ = 0;
-  bool ok_ = true;
-};
-
-void put_binds(Writer& w, const std::vector<sandbox::BindMount>& binds) {
-  w.num(binds.size());
-  for (const auto& b : binds) {
-    w.str(b.source);
-    w.str(b.target);
-  }
-}
-
-std::vector<sandbox::BindMount> get_binds(Reader& r) {
-  std::vector<sandbox::BindMount> out;
-  const uint64_t n = r.num();
-  for (uint64_t i = 0; r.ok() && i < n; ++i) {
-    sandbox::BindMount b;
-    b.source = r.str();
-    b.target = r.str();
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
-// An outbound job's network plan; its egress namespace fd travels beside the request, and the
-// helper rebuilds the RTM_NEWLINK that names it (use_egress_namespace).
-void put_network(Writer& w, const std::optional<sandbox::JobNetworkPlan>& net) {
-  w.num(net ? 1 : 0);
-  if (!net) return;
-  w.str(net->job_ifname);
-  w.str(net->egress_ifname);
-  w.num(net->job_address);
-  w.num(net->gateway);
-  w.num(static_cast<uint64_t>(net->prefix));
-}
-
-bool get_ifname(Reader& r, char (&out)[IFNAMSIZ]) {
-  const std::string name = r.str();
-  if (name.empty() || name.size() >= IFNAMSIZ) return false;
-  std::memcpy(out, name.c_str(), name.size() + 1);
-  return true;
-}
-
-bool get_network(Reader& r, std::optional<sandbox::JobNetworkPlan>& net) {
-  net.reset();
-  if (r.num() == 0) return r.ok();
-  sandbox::JobNetworkPlan plan;
-  if (!get_ifname(r, plan.job_ifname) || !get_ifname(r, plan.egress_ifname)) return false;
-  plan.job_address = static_cast<Ipv4>(r.num());
-  plan.gateway = static_cast<Ipv4>(r.num());
-  plan.prefix = static_cast<int>(r.num());
-  net = std::move(plan);
-  return r.ok();
-}
+// ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
 std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, size_t attach_fds,
                            bool clone_into) {
-  Writer w;
-  w.num(box.toolchain.size());
-  for (const auto& t : box.toolchain) {
-    w.str(t.path);
-    w.num(t.optional ? 1 : 0);
-  }
-  put_binds(w, {box.workspace});
-  put_binds(w, box.writable);
-  put_binds(w, box.read_only);
-  w.num(box.tmp_size_bytes);
-  w.str(box.tmp_source);
-  w.num(box.shm_size_bytes);
-  w.str(box.hostname);
-  w.num(box.uid);
-  w.num(box.gid);
-  w.str(box.user_name);
-  w.str(box.group_name);
-  w.str(box.init_path);
-  put_network(w, box.network);
-  w.str(spec.executable);
-  w.strs(spec.argv);
-  w.strs(spec.env);
-  w.str(spec.cwd);
-  w.num(spec.uid);
-  w.num(spec.gid);
+  sandbox::WireWriter w;
+  sandbox::encode_sandbox_config(w, box);
+  sandbox::encode_spawn_spec(w, spec);
   w.num(attach_fds);
   w.num(clone_into ? 1 : 0);
   return std::move(w.bytes());
@@ -179,39 +54,11 @@ struct Request {
 };
 
 bool decode_request(const std::string& body, Request& q) {
-  Reader r(body);
-  q.box.toolchain.clear();
-  const uint64_t n = r.num();
-  for (uint64_t i = 0; r.ok() && i < n; ++i) {
-    sandbox::ToolchainPath t;
-    t.path = r.str();
-    t.optional = r.num() != 0;
-    q.box.toolchain.push_back(std::move(t));
-  }
-  auto ws = get_binds(r);
-  if (ws.size() != 1) return false;
-  q.box.workspace = ws[0];
-  q.box.writable = get_binds(r);
-  q.box.read_only = get_binds(r);
-  q.box.tmp_size_bytes = r.num();
-  q.box.tmp_source = r.str();
-  q.box.shm_size_bytes = r.num();
-  q.box.hostname = r.str();
-  q.box.uid = static_cast<uid_t>(r.num());
-  q.box.gid = static_cast<gid_t>(r.num());
-  q.box.user_name = r.str();
-  q.box.group_name = r.str();
-  q.box.init_path = r.str();
-  if (!get_network(r, q.box.network)) return false;
-  q.spec.executable = r.str();
-  q.spec.argv = r.strs();
-  q.spec.env = r.strs();
-  q.spec.cwd = r.str();
-  q.spec.uid = static_cast<uid_t>(r.num());
-  q.spec.gid = static_cast<gid_t>(r.num());
+  sandbox::WireReader r(body);
+  if (!sandbox::decode_sandbox_config(r, q.box) || !sandbox::decode_spawn_spec(r, q.spec)) return false;
   q.attach_fds = r.num();
   q.clone_into = r.num() != 0;
-  return r.ok();
+  return r.ok() && r.at_end();
 }
 
 // ---- one message: a header {u32 body length, u32 word} carrying the fds, then the body ----
@@ -401,22 +248,25 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
   // A helper stuck on a request must not stall the loop on the next one for long.
   timeval limit{kSendTimeoutS, 0};
   setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-  uv_poll_init(loop, poll_.get(), sock_.get());
-  poll_.initialized(this);
-  // uv_poll_init made the socket non-blocking; the rest of a message that has begun to arrive
-  // is read (and a request written) blocking, which the send timeout bounds.
-  fcntl(sock_.get(), F_SETFL, fcntl(sock_.get(), F_GETFL) & ~O_NONBLOCK);
-  uv_poll_start(poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
-    if (auto* self = reactor::owner_of<JobStarter>(h)) self->on_reply();
-  });
+  int rc = poll_.init(this, uv_poll_init, loop, sock_.get());
+  if (rc == 0) {
+    // uv_poll_init made the socket non-blocking; the rest of a message that has begun to arrive
+    // is read (and a request written) blocking, which the send timeout bounds.
+    fcntl(sock_.get(), F_SETFL, fcntl(sock_.get(), F_GETFL) & ~O_NONBLOCK);
+    rc = uv_poll_start(poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+      if (auto* self = reactor::owner_of<JobStarter>(h)) self->on_reply();
+    });
+  }
+  if (auto s = reactor::uv_status(rc, "watching the job starter's socket"); !s) {
+    stop();  // the runner spawns in process
+    return s;
+  }
   uv_unref(poll_.handle());  // never keeps the loop alive by itself
   return {};
 }
 
 void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
-  // The request carries no idmap (sandbox/idmap.hpp): such a sandbox is started in process.
-  const bool idmapped = std::any_of(box.read_only.begin(), box.read_only.end(), [](const auto& b) { return b.idmap.has_value(); });
-  if (running() && !idmapped) {
+  if (running()) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
       return;

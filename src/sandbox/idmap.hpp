@@ -16,6 +16,7 @@ struct IdMap {
   uid_t to_uid = 0;    // ...as seen through the mount
   gid_t from_gid = 0;
   gid_t to_gid = 0;
+  bool operator==(const IdMap&) const = default;
 };
 
 // A user namespace whose uid_map/gid_map hold exactly `from to 1`: the userns_fd for

@@ -137,28 +137,9 @@ struct ChildState {
 
 }  // namespace
 
-std::vector<ToolchainPath> default_toolchain_paths() {
-  return {
-      {"/usr", false},
-      {"/bin", true},
-      {"/sbin", true},
-      {"/lib", true},
-      {"/lib32", true},
-      {"/lib64", true},
-      {"/libx32", true},
-      {"/etc/alternatives", true},
-      {"/etc/ld.so.cache", true},
-      {"/etc/ld.so.conf", true},
-      {"/etc/ld.so.conf.d", true},
-      {"/etc/ssl", true},
-      {"/etc/ca-certificates", true},
-      {"/etc/localtime", true},
-      {"/etc/services", true},
-      {"/etc/protocols", true},
-  };
-}
+namespace {
 
-Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
+Status check_config(const SandboxConfig& config) {
   if (config.uid == 0 || config.gid == 0)
     return make_error("config", "the job account must not be root (uid and gid must be non-zero)");
   if (config.user_name.empty() || config.group_name.empty() || !safe_passwd_field(config.user_name) ||
@@ -169,6 +150,56 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
     return make_error("config", "tmp_size_bytes and shm_size_bytes must be set");
   if (auto st = check_init(config.init_path); !st) return st.error();
   if (config.workspace.source.empty()) return make_error("config", "the sandbox needs a workspace");
+  return {};
+}
+
+// /etc/passwd, group, hostname, hosts, nsswitch.conf and, for an outbound job, resolv.conf.
+Status add_identity_files(MountPlan& mounts, const SandboxConfig& config) {
+  const std::string home = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
+  if (!safe_passwd_field(home)) return make_error("config", "workspace target holds ':' or a newline");
+  const std::string uid = std::to_string(config.uid);
+  const std::string gid = std::to_string(config.gid);
+  mounts.ops.push_back(file_op("/etc/passwd",
+                               "root:x:0:0:root:/root:/usr/sbin/nologin\n" + config.user_name + ":x:" + uid + ":" +
+                                   gid + ":Motor job:" + home + ":/bin/sh\n" +
+                                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                               0444));
+  mounts.ops.push_back(file_op("/etc/group", "root:x:0:\n" + config.group_name + ":x:" + gid + ":\nnogroup:x:65534:\n", 0444));
+  mounts.ops.push_back(file_op("/etc/hostname", config.hostname + "\n", 0444));
+  mounts.ops.push_back(file_op("/etc/hosts",
+                               "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
+                                   config.hostname + "\n",
+                               0444));
+  mounts.ops.push_back(file_op("/etc/nsswitch.conf",
+                               std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
+                                   (config.network ? " dns" : "") + "\nnetworks: files\nprotocols: files\nservices: files\n",
+                               0444));
+  if (config.network) {
+    mounts.ops.push_back(file_op("/etc/resolv.conf",
+                                 "nameserver " + format_ipv4(config.network->gateway) + "\noptions timeout:2 attempts:2\n",
+                                 0444));
+  }
+  return {};
+}
+
+// A private tmpfs at /tmp, or a host scratch directory (motor-bb-runner's temporary_directory).
+Status add_tmp(MountPlan& mounts, const SandboxConfig& config) {
+  if (config.tmp_source.empty()) {
+    mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
+                                       kWritable, false));
+    return {};
+  }
+  auto is_dir = host_source(config.tmp_source, "tmp source");
+  if (!is_dir) return is_dir.error();
+  if (!*is_dir) return make_error("config", "tmp source " + config.tmp_source + " is not a directory");
+  mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, kWritable, "bind the host tmp directory"));
+  return {};
+}
+
+}  // namespace
+
+Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
+  if (auto st = check_config(config); !st) return st.error();
 
   SandboxPlan plan;
   auto ns = plan_namespaces();
@@ -181,6 +212,7 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   if (!seccomp) return seccomp.error();
   plan.seccomp = std::move(*seccomp);
   plan.hostname = config.hostname;
+  plan.network = config.network;
 
   MountPlan& mounts = plan.mounts;
   for (const ToolchainPath& entry : config.toolchain) {
@@ -202,41 +234,8 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
     if (!init) return init.error();
     plan.init_fd = std::make_shared<const UniqueFd>(std::move(*init));
   }
-
-  const std::string home = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
-  if (!safe_passwd_field(home)) return make_error("config", "workspace target holds ':' or a newline");
-  const std::string uid = std::to_string(config.uid);
-  const std::string gid = std::to_string(config.gid);
-  mounts.ops.push_back(file_op("/etc/passwd",
-                               "root:x:0:0:root:/root:/usr/sbin/nologin\n" + config.user_name + ":x:" + uid + ":" +
-                                   gid + ":Motor job:" + home + ":/bin/sh\n" +
-                                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-                               0444));
-  mounts.ops.push_back(file_op("/etc/group", "root:x:0:\n" + config.group_name + ":x:" + gid + ":\nnogroup:x:65534:\n", 0444));
-  mounts.ops.push_back(file_op("/etc/hostname", config.hostname + "\n", 0444));
-  mounts.ops.push_back(file_op("/etc/hosts",
-                               "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
-                                   config.hostname + "\n",
-                               0444));
-  mounts.ops.push_back(file_op("/etc/nsswitch.conf",
-                               std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
-                                   (config.network ? " dns" : "") + "\nnetworks: files\nprotocols: files\nservices: files\n",
-                               0444));
-  if (config.network) {
-    plan.network = config.network;
-    mounts.ops.push_back(file_op("/etc/resolv.conf",
-                                 "nameserver " + format_ipv4(config.network->gateway) + "\noptions timeout:2 attempts:2\n",
-                                 0444));
-  }
-  if (!config.tmp_source.empty()) {  // a host scratch directory (motor-bb-runner's temporary_directory)
-    auto is_dir = host_source(config.tmp_source, "tmp source");
-    if (!is_dir) return is_dir.error();
-    if (!*is_dir) return make_error("config", "tmp source " + config.tmp_source + " is not a directory");
-    mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, kWritable, "bind the host tmp directory"));
-  } else {
-    mounts.ops.push_back(filesystem_op("tmpfs", "/tmp", {{"mode", "1777"}, {"size", std::to_string(config.tmp_size_bytes)}},
-                                       kWritable, false));
-  }
+  if (auto st = add_identity_files(mounts, config); !st) return st.error();
+  if (auto st = add_tmp(mounts, config); !st) return st.error();
   plan_devices(mounts.ops, config.shm_size_bytes);
   plan_proc(mounts.ops);
   if (control_weakened("no-sys")) mounts.ops.push_back(bind_op("/sys", "/sys", true, kWritable, "bind host /sys (test build)"));

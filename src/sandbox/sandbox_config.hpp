@@ -1,0 +1,60 @@
+// What a Linux job sandbox is made of (DESIGN.md "A Linux job"): the parent's description that
+// plan_sandbox (sandbox_plan.hpp) turns into a plan, and that the job starter carries to its
+// helper in the wire form of sandbox_codec.hpp.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sandbox/idmap.hpp"
+#include "sandbox/job_network.hpp"
+
+namespace motor::sandbox {
+
+struct ToolchainPath {
+  std::string path;       // host path, bound read-only at the same path (a symlink is recreated)
+  bool optional = false;  // skipped if absent on the host; a required path that is absent fails
+  bool operator==(const ToolchainPath&) const = default;
+};
+
+// /usr and the merged-/usr links, the loader cache, alternatives, CA certificates, a few /etc
+// files: enough for cc, make, cargo (from a configured toolchain path), python3 and git.
+std::vector<ToolchainPath> default_toolchain_paths();
+
+struct BindMount {
+  BindMount() = default;
+  BindMount(std::string source_path, std::string target_path, std::optional<IdMap> id_map = std::nullopt)
+      : source(std::move(source_path)), target(std::move(target_path)), idmap(id_map) {}
+  std::string source;  // absolute host path (no symlink in any component)
+  std::string target;  // absolute path inside the sandbox; empty = same as source
+  // Read-only binds only: the tree shown as owned by another account (sandbox/idmap.hpp).
+  std::optional<IdMap> idmap;
+  bool operator==(const BindMount&) const = default;
+};
+
+struct SandboxConfig {
+  std::vector<ToolchainPath> toolchain = default_toolchain_paths();  // read-only, nosuid, nodev
+  BindMount workspace;                // writable, nosuid, nodev; required; also the job's $HOME in passwd
+  std::vector<BindMount> writable;    // more writable binds (the workspace's target dir)
+  std::vector<BindMount> read_only;   // sibling workspaces, shared caches: read-only, nosuid, nodev
+  uint64_t tmp_size_bytes = uint64_t{1} << 30;  // private /tmp tmpfs cap
+  std::string tmp_source;             // a host directory bound writable at /tmp instead (Buildbarn's)
+  uint64_t shm_size_bytes = uint64_t{64} << 20; // /dev/shm tmpfs cap
+  std::string hostname = "motor-job";
+  uid_t uid = 0;                      // the job account (motor-job); 0 is refused
+  gid_t gid = 0;
+  std::string user_name = "motor-job";
+  std::string group_name = "motor-job";
+  std::string init_path;              // host path of the motor-init executable
+  // An outbound job (issue 9): its veth to the runner's egress namespace; /etc/resolv.conf then
+  // names the gateway, the runner's filtering resolver. Absent: loopback only.
+  std::optional<JobNetworkPlan> network;
+  bool deny_sockets = false;          // seccomp also refuses socket/socketpair (file-only helpers)
+};
+
+}  // namespace motor::sandbox
