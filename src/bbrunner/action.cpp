@@ -83,6 +83,10 @@ grpc::Status finish(const protocol::Message& m, buildbarn::runner::RunResponse& 
   if (m.killed == std::optional<std::string>("deadline")) {
     return {grpc::StatusCode::DEADLINE_EXCEEDED, "the action ran past its timeout and was killed"};
   }
+  // A cancelled or shut-down job's outcome is the kill's signal (exec-remote/v1): not a result.
+  if (m.killed == std::optional<std::string>("cancel") || m.killed == std::optional<std::string>("shutdown")) {
+    return {grpc::StatusCode::CANCELLED, "the action was cancelled"};
+  }
   switch (m.outcome.kind) {
     case Kind::kExit:
       reply.set_exit_code(m.outcome.code);

@@ -324,13 +324,14 @@ Expected<RunParams> parse_run_params(simdjson::dom::parser& parser, std::string_
     if (!size) r.fail(size.error().message);
     else p.memory_bytes = *size;
   }
+  // exec-remote/v1: a string this runner does not know is refused before start, not here.
   r.string("network", [&](std::string s) {
     if (auto v = parse_network(s)) p.network = *v;
-    else r.fail("field \"network\" must be \"offline\" or \"outbound\"");
+    else p.unknown_network = s.substr(0, 256);
   });
   r.string("platform", [&](std::string s) {
     if (auto v = parse_platform(s)) p.platform = *v;
-    else r.fail("field \"platform\" must be \"linux\" or \"windows\"");
+    else p.unknown_platform = s.substr(0, 256);
   });
   r.boolean("direct", p.direct);
   r.boolean("untrusted", p.untrusted);
@@ -402,6 +403,7 @@ Expected<WorkspaceParams> parse_workspace_params(simdjson::dom::parser& parser, 
   r.string("workspace_key", [&](std::string s) { p.workspace_key = std::move(s); });
   r.string("repository_root", [&](std::string s) { p.repository_root = std::move(s); });
   r.string("tree_hash", [&](std::string s) { p.tree_hash = std::move(s); });
+  r.string("base_commit", [&](std::string s) { p.base_commit = std::move(s); });
   r.string_list("siblings", p.siblings, 64);
   r.string("transfer_id", [&](std::string s) { p.transfer_id = std::move(s); });
   r.integer("offset", p.offset, 0, INT64_MAX);
@@ -533,7 +535,10 @@ std::string encode_accepted(const AcceptedRecord& r) {
   w.key("env_not_forwarded").begin_array();
   for (const auto& n : r.env_not_forwarded) w.string(n);
   w.end_array();
-  w.field("platform", to_wire(r.platform)).field("network", to_wire(r.network));
+  // Always the platform it will use; the network only when access was granted (offline is the
+  // absence of the field in exec-remote/v1).
+  w.field("platform", to_wire(r.platform));
+  if (r.network == Network::kOutbound) w.field("network", to_wire(r.network));
   if (r.secret) w.field("secret", *r.secret);
   w.end_object();
   return w.take();
@@ -561,23 +566,31 @@ std::string encode_terminal(const TerminalRecord& r) {
   w.key("outcome");
   write_outcome(w, r.outcome);
   if (r.killed) w.field("killed", to_wire(*r.killed));
-  else w.field_null("killed");
+  if (r.pipestatus) {
+    w.key("pipestatus").begin_array();
+    for (int status : *r.pipestatus) w.number(status);
+    w.end_array();
+  }
   w.field("wall_ms", r.wall_ms).field("queue_wait_ms", r.queue_wait_ms);
   w.field("bundle_bytes", r.bundle_bytes);
   if (r.ran) w.field("ran", to_wire(*r.ran));
   else w.field_null("ran");
   w.field("tree_hash", r.tree_hash);
-  // The workspace report (src/workspace/change_report.hpp): null = not computed.
+  // The workspace report (src/workspace/change_report.hpp): workspace_changes null = not
+  // computed (always sent); the three reports are omitted when not reported.
   if (r.workspace) {
     w.field_raw("workspace_changes", r.workspace->changes);
     if (r.workspace->changes_truncated) w.field("workspace_changes_truncated", true);
-    w.field_raw("untracked_files", r.workspace->untracked_files).field_raw("ignored_writes", r.workspace->ignored_writes);
-    w.field_raw("git_state_changed", r.workspace->git_state_changed);
+    for (const auto& [key, value] : {std::pair<std::string_view, const std::string&>{"untracked_files", r.workspace->untracked_files},
+                                     {"ignored_writes", r.workspace->ignored_writes},
+                                     {"git_state_changed", r.workspace->git_state_changed}}) {
+      if (value != "null") w.field_raw(key, value);
+    }
   } else {
-    w.field_null("workspace_changes").field_null("untracked_files").field_null("ignored_writes").field_null("git_state_changed");
+    w.field_null("workspace_changes");
   }
-  w.field("refusal_detail", r.refusal_detail).field("retry_after_ms", r.retry_after_ms);
-  w.field_null("pipestatus");
+  if (r.refusal_detail) w.field("refusal_detail", *r.refusal_detail);
+  if (r.retry_after_ms) w.field("retry_after_ms", *r.retry_after_ms);
   w.field("oom_killed", r.oom_killed).field("platform", to_wire(r.platform)).field("network", to_wire(r.network));
   if (!r.cpus.empty()) w.field("cpus", r.cpus).field("cpus_shared", r.cpus_shared);
   if (r.cpu_user_us || r.memory_peak_bytes) {

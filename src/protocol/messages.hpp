@@ -41,8 +41,11 @@ struct RunParams {
   std::vector<std::string> siblings;
   std::optional<int64_t> cpus;              // (ext)
   std::optional<int64_t> memory_bytes;      // (ext) "memory": bytes, or a string with K/M/G
-  Network network = Network::kOffline;      // (ext) offline | outbound
-  Platform platform = Platform::kLinux;     // (ext) linux | windows
+  Network network = Network::kOffline;      // absent: offline; "outbound"; (ext) "offline"
+  Platform platform = Platform::kLinux;     // absent: linux; "windows"
+  // A network or platform string this runner does not know, as sent: the job is refused before
+  // start (network_unsupported / platform_unsupported, this wire name as refusal_detail).
+  std::optional<std::string> unknown_network, unknown_platform;
   bool direct = false;                      // (ext)
   Priority priority = Priority::kBatch;     // (ext) interactive | batch: the admission class
   bool untrusted = false;                   // (ext) refuse unless the workspace passed the change screen
@@ -71,6 +74,7 @@ struct WorkspaceParams {
   std::string workspace_key = "default";
   std::string repository_root;
   std::string tree_hash;               // prepare: the tree the workspace must hold
+  std::string base_commit;             // prepare (exec-remote/v1): the commit the workspace must hold
   std::vector<std::string> siblings;
   std::string transfer_id;             // upload, finish
   std::optional<int64_t> offset;       // upload: where `data` goes in the bundle
@@ -128,7 +132,8 @@ std::string encode_output(int64_t seq, std::string_view stream, std::string_view
                           std::optional<int64_t> truncated_before_seq = std::nullopt);
 
 // The workspace fields of a terminal record, each one encoded JSON value (src/workspace fills
-// them after the job; absent = the report could not be computed, and they are null).
+// them after the job; absent = the report could not be computed: workspace_changes is null and
+// the three reports are omitted, "not reported").
 struct WorkspaceReportJson {
   std::string changes, untracked_files, ignored_writes, git_state_changed;
   bool changes_truncated = false;  // (ext) workspace_changes_truncated
@@ -138,13 +143,14 @@ struct TerminalRecord {
   std::string job_id;
   int64_t seq = 0;  // (ext) terminal is the job's last record
   Outcome outcome;
-  std::optional<KillReason> killed;
+  std::optional<KillReason> killed;     // omitted when absent
+  std::optional<std::vector<int>> pipestatus;  // a shell pipeline's statuses; omitted when absent
   int64_t wall_ms = 0;
   int64_t queue_wait_ms = 0;
   int64_t bundle_bytes = 0;
   std::optional<Ran> ran;             // null only for expired history
-  std::optional<std::string> refusal_detail;
-  std::optional<int64_t> retry_after_ms;
+  std::optional<std::string> refusal_detail;  // omitted when absent
+  std::optional<int64_t> retry_after_ms;      // omitted when absent
   bool oom_killed = false;            // (ext)
   // (ext) "resource_usage": the job cgroup's CPU time and peak memory, where the kernel said
   std::optional<int64_t> cpu_user_us, cpu_system_us, memory_peak_bytes;

@@ -28,6 +28,10 @@ std::string_view to_wire(RefusalReason v) {
     case RefusalReason::kNetworkUnsupported: return "network_unsupported";
     case RefusalReason::kScreenRefused: return "screen_refused";
     case RefusalReason::kVmStartFailed: return "vm_start_failed";
+    case RefusalReason::kSnapshotFailed: return "snapshot_failed";
+    case RefusalReason::kTransferInterrupted: return "transfer_interrupted";
+    case RefusalReason::kTreeHashMismatch: return "tree_hash_mismatch";
+    case RefusalReason::kBundleRejected: return "bundle_rejected";
   }
   return "workspace_setup_failed";
 }

@@ -27,6 +27,11 @@ enum class RefusalReason {
   kNetworkUnsupported,
   kScreenRefused,
   kVmStartFailed,
+  // workspace.prepare's own (docs/protocol.md "Workspaces")
+  kSnapshotFailed,
+  kTransferInterrupted,
+  kTreeHashMismatch,
+  kBundleRejected,
 };
 
 std::string_view to_wire(Network v);

@@ -382,9 +382,7 @@ ExecutionEnd LinuxExecution::end_state() {
     end.refusal_detail = setup_error_.substr(0, 1024);
     end.ran = protocol::Ran::kNone;
     end.killed.reset();
-  } else if (killed_ == protocol::KillReason::kCancel || killed_ == protocol::KillReason::kShutdown) {
-    end.outcome.kind = protocol::Outcome::Kind::kCancelled;
-  } else if (WIFEXITED(wait_status_)) {
+  } else if (WIFEXITED(wait_status_)) {  // a killed job's outcome is the signal that ended it; `killed` says why
     end.outcome.kind = protocol::Outcome::Kind::kExit;
     end.outcome.code = WEXITSTATUS(wait_status_);
   } else {

@@ -30,7 +30,8 @@ std::optional<Refusal> job_sandbox_policy(const config::Config& config, const Jo
     // Test build only: host paths the empty root keeps out, bound read-only as a leaky bind list would.
     for (const std::string path : {"/root", "/etc/shadow", config.state_dir.c_str()}) box.read_only.push_back({path, path});
   }
-  // Sibling workspaces of the same caller: read-only at /siblings/<key>.
+  // Sibling workspaces of the same caller: read-only at /siblings/<name>, the key's on-disk name
+  // (a short key itself; a caller's path key is never a path here: workspace_dir.hpp).
   for (const auto& sibling : p.siblings) {
     if (auto s = workspace::validate_workspace_key(sibling); !s) {
       return Refusal{protocol::RefusalReason::kWorkspaceKeyRejected, s.error().message};
@@ -41,7 +42,7 @@ std::optional<Refusal> job_sandbox_policy(const config::Config& config, const Jo
       return Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
                      "sibling workspace \"" + sibling + "\" does not exist (or is this job's own)"};
     }
-    box.read_only.push_back({*dir, std::string(kSiblingsInJob) + "/" + sibling});
+    box.read_only.push_back({*dir, std::string(kSiblingsInJob) + "/" + workspace::workspace_key_file_name(sibling)});
   }
   return std::nullopt;
 }

@@ -73,7 +73,8 @@ void VmExecution::vm_finished(const vm::VmOutcome& o) {
       end.outcome.signal = static_cast<int>(o.code);
       break;
     case K::kKilled:
-      if (killed_ == protocol::KillReason::kCancel || killed_ == protocol::KillReason::kShutdown) {
+      // exec-remote/v1: `cancelled` only before the command started; after, the kill's signal.
+      if (!started_ && (killed_ == protocol::KillReason::kCancel || killed_ == protocol::KillReason::kShutdown)) {
         end.outcome.kind = protocol::Outcome::Kind::kCancelled;
       } else {
         end.outcome.kind = protocol::Outcome::Kind::kSignal;

@@ -1,6 +1,6 @@
 // Start-up recovery: what an earlier runner left in state.json, the job logs and the cgroup
-// parent. Finished jobs come back as they were; queued ones are refused (runner_draining); running
-// ones are killed and recorded as outcome_unknown unless their log holds their terminal record;
+// parent. Finished jobs come back as they were; queued ones are outcome_unknown (ran "none");
+// running ones are killed and recorded as outcome_unknown unless their log holds their terminal record;
 // cgroups no record names are killed and removed.
 #include <chrono>
 #include <thread>
@@ -72,14 +72,31 @@ Status Runner::recover() {
   return {};
 }
 
-// It never started: the restart refuses it (transient; nobody cancelled it).
+void Runner::recovered_workspace_fields(const PersistedJob& pj, bool scan, protocol::TerminalRecord& t) {
+  // No prepare can have run while the job was queued or running (prepare waits for its jobs):
+  // the workspace holds the tree the job was to run against.
+  auto tree = workspaces_->prepared(pj.caller, pj.workspace_key);
+  if (!tree) return;
+  t.tree_hash = tree->tree;
+  t.bundle_bytes = tree->bundle_bytes;
+  if (!scan) return;
+  std::optional<workspace::Workspaces::JobReport> report;
+  workspaces_->scan(pj.caller, pj.workspace_key, 0, [&report](workspace::Workspaces::JobReport r) { report = std::move(r); });
+  // Start-up only: the loop serves nothing yet, and the scan is bounded by its own timeout.
+  while (!report && uv_run(loop_, UV_RUN_ONCE) != 0) {
+  }
+  if (report) t.workspace = std::move(report->fields);
+}
+
+// Queued when the runner died: exec-remote/v1 grades it outcome_unknown (ran "none": its
+// cgroup and log say it did not start), never a refusal, which would be a before-start proof
+// the runner cannot give for a job whose state.json may lag behind.
 void Runner::recover_queued(PersistedJob& pj) {
   protocol::TerminalRecord t;
   t.job_id = pj.job_id;
-  t.outcome = protocol::refused(protocol::RefusalReason::kRunnerDraining);
-  t.retry_after_ms = kRetryWhenDrainingMs;
+  t.outcome.kind = protocol::Outcome::Kind::kOutcomeUnknown;
   t.ran = protocol::Ran::kNone;
-  t.refusal_detail = "the runner restarted before the job started; submit it again";
+  recovered_workspace_fields(pj, false, t);
   std::string terminal;
   if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
     t.seq = log->last_seq() + 1;
@@ -88,7 +105,8 @@ void Runner::recover_queued(PersistedJob& pj) {
   } else {
     terminal = protocol::encode_terminal(t);
   }
-  log_warning("job {} was queued when the runner stopped; it is recorded as refused before start (runner_draining)", pj.job_id);
+  metrics_.job_finished("outcome_unknown");
+  log_warning("job {} was queued when the runner stopped; it is recorded as outcome_unknown (it did not start)", pj.job_id);
   restore_job(pj, std::move(terminal));
 }
 
@@ -114,6 +132,7 @@ void Runner::recover_unfinished(PersistedJob& pj, std::set<std::string>& known_c
       unknown = false;
     }
     if (terminal.empty()) {
+      recovered_workspace_fields(pj, true, t);
       t.seq = log->last_seq() + 1;
       terminal = protocol::encode_terminal(t);
       unknown = true;

@@ -98,7 +98,11 @@ std::optional<PendingStart> Runner::check_run(Session& session, const protocol::
     return std::nullopt;
   };
   if (p.direct && !config_.direct_jobs) return bad("direct jobs are not enabled on this runner (direct_jobs = false)");
-  auto rel = workspace::relative_cwd(p.repository_root, p.cwd);
+  // exec-remote/v1: an absolute cwd is inside the workspace, which a path key names (a git
+  // worktree need not lie inside repository_root); Motor's short keys: inside repository_root.
+  const bool path_key = workspace::is_path_key(p.workspace_key);
+  auto rel = workspace::relative_cwd(workspace::cwd_checkout(p.workspace_key, p.repository_root), p.cwd,
+                                     path_key ? "the workspace (workspace_key)" : "repository_root");
   if (!rel) {
     session.send(protocol::encode_error(r.id, rel.error().code, rel.error().message));
     return std::nullopt;
@@ -133,6 +137,9 @@ bool Runner::refused_at_the_door(Session& session, const protocol::Request& r, c
   if (shutting_down_ || draining_) {
     return refuse(RefusalReason::kRunnerDraining, "the runner is draining and takes no new jobs", kRetryWhenDrainingMs);
   }
+  // Never downgraded or upgraded: a string this runner does not know is refused, naming it.
+  if (p.unknown_platform) return refuse(RefusalReason::kPlatformUnsupported, *p.unknown_platform);
+  if (p.unknown_network) return refuse(RefusalReason::kNetworkUnsupported, *p.unknown_network);
   if (p.platform == protocol::Platform::kWindows && vm_host_ && vm_host_->unavailable()) {
     return refuse(RefusalReason::kPlatformUnsupported, *vm_host_->unavailable());
   }

@@ -117,6 +117,9 @@ class Runner : public JobHost, private AdmissionHost {
   Status recover();
   void recover_queued(PersistedJob& pj);
   void recover_unfinished(PersistedJob& pj, std::set<std::string>& known_cgroups);
+  // A lost job's workspace fields (start-up only): the tree its prepared workspace holds and,
+  // if `scan` (it ran), what it changed there, scanned now, before the loop serves anyone.
+  void recovered_workspace_fields(const PersistedJob& pj, bool scan, protocol::TerminalRecord& t);
   void restore_job(const PersistedJob& pj, std::string terminal_json);
   Status listen();
 

@@ -78,7 +78,14 @@ void Runner::handle_cancel(Session& session, const protocol::Request& r) {
   auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   Job* job = visible_job(session, *ref);
-  if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
+  if (!job) {
+    // A direct job's secret that does not open it: the one refusal of an unknown id.
+    if (ref->secret) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
+    // exec-remote/v1: an unknown id is acknowledged (an idempotent tombstone: the runner mints
+    // every id, so none can come to life later); another caller's job is answered the same way,
+    // untouched, so the answer tells nothing of it.
+    return session.send(protocol::encode_result(r.id, fmt::format("{{\"job_id\":\"{}\"}}", ref->job_id)));
+  }
   if (job->state() == Job::State::kQueued) {
     admission_.remove(job->id());
     protocol::Outcome o;
@@ -123,7 +130,9 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
     w.field("cpus", job->cpus().list()).end_object();
   }
   w.end_array();
-  w.field("server_reachable", true).key("repositories").begin_array().end_array().field_null("rustc_version");
+  // exec-remote/v1 requires both: `repositories` stays empty until the compile cache (issue 21)
+  // fills it; `rustc_version` is the toolchain's `rustc --version`, "" while the runner has none.
+  w.field("server_reachable", true).key("repositories").begin_array().end_array().field("rustc_version", "");
   w.end_object();
   session.send(protocol::encode_result(r.id, w.str()));
 }

@@ -84,11 +84,11 @@ void Runner::handle_workspace_prepare(Session& session, const protocol::Request&
   auto reply = owed_reply(*this, session, r.id);
   std::optional<workspace::Workspaces::Refusal> refusal;
   if (shutting_down_ || draining_) {
-    refusal = workspace::Workspaces::Refusal{"runner_draining", "the runner is draining and takes no new work",
+    refusal = workspace::Workspaces::Refusal{protocol::RefusalReason::kRunnerDraining, "the runner is draining and takes no new work",
                                              kRetryWhenDrainingMs};
   } else if (const int64_t free_bytes = free_disk_bytes(); free_bytes >= 0 && free_bytes < config_.disk_free_floor_bytes) {
     refusal = workspace::Workspaces::Refusal{
-        "runner_disk_full",
+        protocol::RefusalReason::kRunnerDiskFull,
         fmt::format("{} MiB free on the workspace filesystem, below the floor of {} MiB", free_bytes >> 20,
                     config_.disk_free_floor_bytes >> 20),
         kRetryWhenDiskFullMs};
@@ -154,7 +154,8 @@ void Runner::handle_workspace_drop(Session& session, const protocol::Request& r)
     reply(w.take());
   };
   if (auto st = workspaces_->drop(session.caller(), p->workspace_key, answer); !st) {
-    return reply(make_error(st.error().code == "workspace_busy" ? "workspace_busy" : "internal", st.error().message));
+    return reply(make_error(workspaces_->busy(session.caller(), p->workspace_key) ? "workspace_busy" : "internal",
+                            st.error().message));
   }
   log_info("workspace {}/{} dropped ({} jobs cancelled)", session.caller(), p->workspace_key, cancelled.size());
 }

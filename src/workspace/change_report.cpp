@@ -99,9 +99,9 @@ protocol::WorkspaceReportJson encode_report(const ChangeReport& r, const GitStat
     for (const auto& p : r.ignored_samples) w.string(p);
     out.ignored_writes = w.end_array().end_object().take();
   }
-  if (r.git == before) {
-    out.git_state_changed = "null";
-  } else {
+  // Reported even when nothing changed (equal before/after values): null would mean "not
+  // reported" to an exec-remote/v1 caller.
+  {
     protocol::JsonWriter w;
     w.begin_object();
     write_optional(w, "head_before", before.head);

@@ -42,7 +42,7 @@ inline constexpr std::string_view kGitStateMarker = "\nMOTOR-GIT-STATE\n";
 std::optional<ChangeReport> parse_scan_output(std::string_view output);
 
 // The terminal record's workspace fields. `before` is the .git state the job started with
-// (git_state_changed is null when nothing in it changed).
+// (git_state_changed holds equal before/after values when nothing in it changed).
 protocol::WorkspaceReportJson encode_report(const ChangeReport& report, const GitState& before);
 
 }  // namespace motor::workspace

@@ -6,8 +6,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "base/sha256.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/unique_fd.hpp"
 #include "workspace/workspace_names.hpp"
@@ -38,14 +41,63 @@ Status ensure_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
   return {};
 }
 
+constexpr size_t kMaxPathKeyBytes = 4096;
+constexpr char kPathKeyMark = '~';
+
+// A canonical absolute path: "/" or "/a/b" with no empty, "." or ".." component and no control
+// byte (a newline would end a line of the runner's records).
+bool canonical_path(std::string_view s) {
+  if (s.empty() || s[0] != '/' || s.size() > kMaxPathKeyBytes) return false;
+  if (s == "/") return true;
+  if (s.back() == '/') return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  for (size_t at = 1; at <= s.size();) {
+    size_t end = s.find('/', at);
+    if (end == std::string_view::npos) end = s.size();
+    const std::string_view part = s.substr(at, end - at);
+    if (part.empty() || part == "." || part == "..") return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+bool short_key(std::string_view key) { return safe_component(key) && key.find('@') == std::string_view::npos; }
+
 }  // namespace
 
 Status validate_workspace_key(std::string_view key) {
-  if (!safe_component(key) || key.find('@') != std::string_view::npos) {
+  if (!short_key(key) && !canonical_path(key)) {
     return make_error("workspace_key_rejected",
-                      "a workspace key is 1 to 128 letters, digits, '-', '_' or '.', and does not start with '.'");
+                      "a workspace key is 1 to 128 letters, digits, '-', '_' or '.', not starting with '.', or the "
+                      "canonical absolute path of the checkout (at most 4096 bytes, no \".\" or \"..\" or empty "
+                      "component, no control character)");
   }
   return {};
+}
+
+bool is_path_key(std::string_view key) { return canonical_path(key); }
+
+std::string workspace_key_file_name(std::string_view key) {
+  if (!is_path_key(key)) return std::string(key);
+  const std::string hex = to_hex(sha256(key));
+  return kPathKeyMark + hex.substr(0, 40);
+}
+
+bool is_path_key_file_name(std::string_view name) {
+  return name.size() == 41 && name[0] == kPathKeyMark &&
+         std::all_of(name.begin() + 1, name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool is_workspace_key_file_name(std::string_view name) { return is_path_key_file_name(name) || short_key(name); }
+
+std::optional<std::string> key_named(std::string_view name, std::string_view key_in_file) {
+  if (short_key(name)) return std::string(name);
+  if (!is_path_key_file_name(name) || !is_path_key(key_in_file) || workspace_key_file_name(key_in_file) != name) {
+    return std::nullopt;
+  }
+  return std::string(key_in_file);
 }
 
 Status check_dir_beneath(const std::string& workspace, const std::string& rel) {
@@ -63,14 +115,14 @@ Status check_dir_beneath(const std::string& workspace, const std::string& rel) {
   return {};
 }
 
-Expected<std::string> relative_cwd(std::string_view repository_root, std::string_view cwd) {
+Expected<std::string> relative_cwd(std::string_view checkout, std::string_view cwd, std::string_view checkout_field) {
   std::string_view rel = cwd;
   if (!cwd.empty() && cwd[0] == '/') {
-    std::string_view root = repository_root;
+    std::string_view root = checkout;
     while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
     if (root.empty() || root[0] != '/' || cwd.substr(0, root.size()) != root ||
         (cwd.size() > root.size() && cwd[root.size()] != '/' && root != "/")) {
-      return make_error("bad_request", fmt::format("cwd \"{}\" is not inside repository_root \"{}\"", cwd, repository_root));
+      return make_error("bad_request", fmt::format("cwd \"{}\" is not inside {} \"{}\"", cwd, checkout_field, checkout));
     }
     rel = cwd.substr(root.size());
   }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/atomic_file.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
@@ -125,7 +126,7 @@ Expected<std::string> workspace_dir_name(const std::string& root, std::string_vi
   if (!plain_component(caller)) return make_error("workspace_setup_failed", "the caller's name cannot be a directory name");
   if (auto st = validate_workspace_key(key); !st) return st.error();
   // Test build only: the layout that shows the caller and key to every job of the workspace.
-  if (control_weakened("workspace-names")) return fmt::format("{}/{}", caller, key);
+  if (control_weakened("workspace-names")) return fmt::format("{}/{}", caller, workspace_key_file_name(key));
   auto secret = root_secret(root);
   if (!secret) return secret.error();
   // Two domain-separated 64-bit outputs; the NUL keeps ("ab","c") and ("a","bc") apart.
@@ -145,28 +146,40 @@ Expected<std::string> workspace_dir_path(const std::string& root, std::string_vi
 }
 
 Status note_workspace_key(const std::string& root, const std::string& caller, const std::string& key) {
+  if (auto st = validate_workspace_key(key); !st) return st;
   const std::string dir = keys_dir(root, caller);
-  const std::string path = dir + "/" + key;
+  const std::string path = dir + "/" + workspace_key_file_name(key);
   struct stat st {};
-  if (lstat(path.c_str(), &st) == 0) return {};
+  if (lstat(path.c_str(), &st) == 0 && st.st_size > 0) return {};
   if (auto s = ensure_root_dir(root + "/" + kKeysDir, 0700); !s) return s;
   if (auto s = ensure_root_dir(dir, 0700); !s) return s;
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) return sys_error("noting the workspace at " + path);
-  return {};
+  // A path key's name is a hash: the file holds the key, for workspace.list. A short key's file
+  // holds it too (so an empty file is one a crash cut short, and is written again).
+  return write_file_atomically(path, key, 0600);
 }
 
 void forget_workspace_key(const std::string& root, const std::string& caller, const std::string& key) {
-  unlink((keys_dir(root, caller) + "/" + key).c_str());
+  unlink((keys_dir(root, caller) + "/" + workspace_key_file_name(key)).c_str());
   rmdir(keys_dir(root, caller).c_str());  // only once it is empty
+}
+
+std::optional<std::string> key_of_file(const std::string& path, std::string_view name) {
+  if (!is_path_key_file_name(name)) return key_named(name, "");
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  std::string key(4097, '\0');
+  const ssize_t n = ::read(fd.get(), key.data(), key.size());
+  key.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return key_named(name, key);  // a file whose key does not hash to its name names nothing
 }
 
 std::vector<std::string> noted_workspace_keys(const std::string& root, const std::string& caller) {
   std::vector<std::string> keys;
   if (!plain_component(caller)) return keys;
-  if (DIR* d = opendir(keys_dir(root, caller).c_str())) {
+  const std::string dir = keys_dir(root, caller);
+  if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
-      if (validate_workspace_key(e->d_name)) keys.emplace_back(e->d_name);
+      if (auto key = key_of_file(dir + "/" + e->d_name, e->d_name)) keys.push_back(std::move(*key));
     }
     closedir(d);
   }

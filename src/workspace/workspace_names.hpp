@@ -9,7 +9,9 @@
 // Layout under the workspace root (root-owned 0711):
 //   <id>/                     a workspace, the job account's, 0700
 //   .name-key                 the secret (16 random bytes), root 0600
-//   .keys/<caller>/<key>      empty files: which keys a caller has (workspace.list), root 0700
+//   .keys/<caller>/<name>     which keys a caller has (workspace.list), root 0700: <name> is
+//                             workspace_key_file_name(key) (a path key's is a hash) and the
+//                             file holds the key
 // Names starting with '.' are never a caller, key or id. The layout before this one,
 // <root>/<caller>/<key>, is moved to it at start (migrate_legacy_workspace_dirs).
 #pragma once
@@ -18,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +44,10 @@ Expected<std::string> workspace_dir_path(const std::string& root, std::string_vi
 Status note_workspace_key(const std::string& root, const std::string& caller, const std::string& key);
 void forget_workspace_key(const std::string& root, const std::string& caller, const std::string& key);
 std::vector<std::string> noted_workspace_keys(const std::string& root, const std::string& caller);
+// The key the file at `path`, named `name` (or `name` plus a suffix), stands for
+// (workspace_key_file_name): a short key is its name; a path key is read from the file and must
+// hash to the name. nullopt: no key's file.
+std::optional<std::string> key_of_file(const std::string& path, std::string_view name);
 
 // Moves each <root>/<caller>/<key> (a root-owned caller directory: the layout before opaque
 // names) to <root>/<id> and notes the key; an id that already exists is left alone and named in

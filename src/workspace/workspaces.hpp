@@ -30,7 +30,7 @@ namespace motor::workspace {
 
 struct WorkspaceSettings {
   std::string state_dir;        // mirrors, transfers and the runner's per-workspace git dirs
-  std::string workspace_root;   // <root>/<caller>/<key>
+  std::string workspace_root;   // <root>/<opaque id> (workspace_names.hpp)
   std::string sandbox_helper;   // motor-workspace-sandbox
   std::string init_path;        // motor-init (PID 1 in the helper's sandbox)
   std::string git = "/usr/bin/git";
@@ -82,7 +82,8 @@ class Workspaces {
   // `refusal` is set by the runner when it takes no work (draining, disk full): a prepare is
   // then refused with it before anything else.
   struct Refusal {
-    std::string reason, detail;
+    protocol::RefusalReason reason;
+    std::string detail;
     std::optional<int64_t> retry_after_ms;
   };
   // `transfer_id`: a fresh id (the runner's UUIDv7), used if a bundle must be sent.
@@ -135,6 +136,12 @@ class Workspaces {
   std::string meta_dir(const std::string& caller, const std::string& key) const;
   std::string record_path(const std::string& caller, const std::string& key) const;
   Status save_record(const std::string& caller, const std::string& key, const Record& r);
+  // Reads every record (start-up) and the keys whose checkout a dead runner left marked.
+  void load_records(std::vector<std::pair<std::string, std::string>>& interrupted);
+  Status mark_checkout(const std::string& caller, const std::string& key) const;
+  // workspace.finish once the bundle's header checked out: its pack in, then the checkout.
+  void ingest_bundle(const std::string& caller, std::shared_ptr<Transfer> transfer, std::string commit, std::string mirror,
+                     std::shared_ptr<UniqueFd> bundle, Reply reply);
   // Puts the pack read from `pack` into the mirror (creating the mirror first if `create`),
   // verified, as the mirror account.
   void ingest_pack(const std::string& mirror, bool create, std::shared_ptr<UniqueFd> pack,
@@ -147,8 +154,11 @@ class Workspaces {
   void maintain_mirror(const std::string& mirror);
   size_t mirror_pack_count(const std::string& mirror) const;
   void remove_mirror_files(const std::string& path);
+  // A prepare without tree_hash (exec-remote/v1: base_commit): from the mirror, or snapshot_failed.
+  void prepare_to_commit(const std::string& caller, const protocol::WorkspaceParams& p, std::string transfer_id,
+                         Reply reply);
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
-  using Checked = std::function<void(Status, const Record*)>;
+  using Checked = std::function<void(std::optional<Refusal>, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);
   // Untrusted: screens the change from `base` in the mirror first; checks out only if it may execute.
   void screen_then_checkout(const std::string& caller, const std::string& key, Record next, std::string base, Checked then);

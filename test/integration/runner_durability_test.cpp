@@ -420,7 +420,9 @@ TEST_F(RunnerDurability, SigtermOnAFullDiskStillEndsTheJobsAndTheRunner) {
   fs_->fill();
   std::this_thread::sleep_for(1500ms);  // its output cannot be logged: reading is paused
   EXPECT_EQ(runner.stop(std::chrono::seconds(15)), 0) << "the runner did not stop\n" << runner.log();
-  EXPECT_EQ(json_field(frame_of(read_until_terminal(c, 2000ms), "terminal"), "/outcome/type"), "cancelled");
+  const std::string terminal = frame_of(read_until_terminal(c, 2000ms), "terminal");
+  EXPECT_EQ(json_field(terminal, "/outcome/signal"), "9") << terminal;  // it ran: the kill's signal
+  EXPECT_EQ(json_field(terminal, "/killed"), "shutdown") << terminal;
 }
 
 // ---- item 10: one runner per state directory and per cgroup parent ----
@@ -472,7 +474,7 @@ TEST_F(RunnerDurability, ASecondRunnerOnTheSameStateDirectoryExitsAndLeavesTheFi
   EXPECT_FALSE(processes_with(marker).empty()) << "the second runner killed the first one's job";
   ASSERT_TRUE(c.send_frame(fmt::format(R"({{"id":2,"method":"exec.cancel","params":{{"job_id":"{}"}}}})",
                                        json_field(request(first, "exec.list"), "/result/jobs/0/job_id"))));
-  EXPECT_EQ(json_field(frame_of(read_until_terminal(c), "terminal"), "/outcome/type"), "cancelled");
+  EXPECT_EQ(json_field(frame_of(read_until_terminal(c), "terminal"), "/killed"), "cancel");
 }
 
 TEST_F(RunnerDurability, ASecondRunnerWithTheSameCgroupParentExitsAndLeavesTheFirstOnesJobsAlone) {

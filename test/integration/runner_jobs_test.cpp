@@ -155,7 +155,8 @@ TEST_F(RunnerJobs, CancelKillsTheWholeTree) {
     ASSERT_TRUE(f) << "no terminal record";
     if (json_field(*f, "/type") == "terminal") terminal = *f;
   }
-  EXPECT_EQ(json_field(terminal, "/outcome/type"), "cancelled");
+  // Issue 17: a job cancelled while running ends with the signal that ended it.
+  EXPECT_EQ(json_field(terminal, "/outcome"), R"({"type":"signal","signal":9})") << terminal;
   EXPECT_EQ(json_field(terminal, "/killed"), "cancel");
   EXPECT_TRUE(processes_with("3600." + marker_).empty());
   // Cancelling again is harmless (idempotent).
@@ -232,7 +233,8 @@ TEST_F(RunnerJobs, SigtermKillsRunningJobsAndExitsZero) {
     if (!f) break;
     if (json_field(*f, "/type") == "terminal") terminal = *f;
   }
-  EXPECT_EQ(json_field(terminal, "/outcome/type"), "cancelled") << terminal;
+  EXPECT_EQ(json_field(terminal, "/outcome"), R"({"type":"signal","signal":9})") << terminal;
+  EXPECT_EQ(json_field(terminal, "/killed"), "shutdown") << terminal;
   const std::string state = read_file(runner_->state_dir() + "/state.json");
   EXPECT_EQ(state.find("\"state\":\"running\""), std::string::npos) << state;
 }

@@ -146,12 +146,19 @@ TEST_F(RunnerProtocol, HostileWorkspaceKeysAreRefusedBeforeAnythingIsCreated) {
   EXPECT_NE(stat((runner_->state_dir() + "/escape").c_str(), &st), 0);
 }
 
-TEST_F(RunnerProtocol, UnknownJobsAreRefusedAsUnauthorized) {
+// exec.attach and exec.status of an unknown job are refused; exec.cancel acknowledges it
+// (exec-remote/v1: an idempotent tombstone, issue 17).
+TEST_F(RunnerProtocol, UnknownJobsAreRefusedAsUnauthorizedButCancelIsAcknowledged) {
   RawClient c(runner_->socket());
-  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.cancel","params":{"job_id":"01234567-89ab-7def-8123-456789abcdef"}})"));
+  const std::string id = "01234567-89ab-7def-8123-456789abcdef";
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"exec.attach","params":{"job_id":")" + id + R"("}})"));
   auto reply = c.read_frame();
   ASSERT_TRUE(reply);
   EXPECT_EQ(json_field(*reply, "/error/code"), "unauthorized");
+  ASSERT_TRUE(c.send_frame(R"({"id":2,"method":"exec.cancel","params":{"job_id":")" + id + R"("}})"));
+  reply = c.read_frame();
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(json_field(*reply, "/result/job_id"), id) << *reply;
 }
 
 TEST_F(RunnerProtocol, WindowsAndOutboundNetworkAreRefusedNotSilentlyDowngraded) {

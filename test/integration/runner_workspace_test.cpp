@@ -41,23 +41,6 @@ bool exists(const std::string& path) {
   return lstat(path.c_str(), &st) == 0;
 }
 
-// The reply to request `id` on a raw connection (stream records of other requests skipped).
-std::string reply(RawClient& c, int64_t id) {
-  for (;;) {
-    auto f = c.read_frame(std::chrono::milliseconds(60000));
-    if (!f) return "<no reply>";
-    if (json_field(*f, "/id") == std::to_string(id) &&
-        (json_field(*f, "/result") != "<missing>" || json_field(*f, "/error") != "<missing>")) {
-      return *f;
-    }
-  }
-}
-
-std::string call(RawClient& c, int64_t id, const std::string& method, const std::string& params) {
-  EXPECT_TRUE(c.send_frame(fmt::format(R"({{"id":{},"method":"{}","params":{}}})", id, method, params)));
-  return reply(c, id);
-}
-
 class RunnerWorkspace : public CheckoutAndRunner {
  protected:
   std::string checkout_script() const override {
@@ -149,17 +132,17 @@ TEST_F(RunnerWorkspaceSmallLimit, CorruptBundleWrongTreeCutTransferAndOversizeLe
   ASSERT_TRUE(c.connected());
   int64_t id = 1;
   auto transfer = [&](const std::string& tree_hash, const std::string& bytes, const std::string& commit_id) {
-    const std::string p = call(c, id++, "workspace.prepare",
+    const std::string p = call_method(c, id++, "workspace.prepare",
                                fmt::format(R"({{"workspace_key":"k","repository_root":{},"tree_hash":"{}"}})", root, tree_hash));
     const std::string tid = json_field(p, "/result/transfer_id");
     std::string last;
     for (size_t at = 0; at < bytes.size(); at += 400 * 1024) {
-      last = call(c, id++, "workspace.upload",
+      last = call_method(c, id++, "workspace.upload",
                   fmt::format(R"({{"transfer_id":"{}","offset":{},"data":"{}"}})", tid, at,
                               protocol::base64_encode(bytes.substr(at, 400 * 1024))));
       if (json_field(last, "/result/outcome/type") != "<missing>") return last;
     }
-    return call(c, id++, "workspace.finish",
+    return call_method(c, id++, "workspace.finish",
                 fmt::format(R"({{"transfer_id":"{}","commit":"{}","bundle_bytes":{}}})", tid, commit_id, bytes.size()));
   };
   std::string corrupt = good;
@@ -198,10 +181,10 @@ TEST_F(RunnerWorkspaceSmallLimit, CorruptBundleWrongTreeCutTransferAndOversizeLe
   // Cut mid-transfer: half the bundle, then the connection closes.
   {
     RawClient cut(runner_->socket());
-    const std::string p = call(cut, 1, "workspace.prepare",
+    const std::string p = call_method(cut, 1, "workspace.prepare",
                                fmt::format(R"({{"workspace_key":"k","repository_root":{},"tree_hash":"{}"}})", root, tree));
     const std::string tid = json_field(p, "/result/transfer_id");
-    call(cut, 2, "workspace.upload",
+    call_method(cut, 2, "workspace.upload",
          fmt::format(R"({{"transfer_id":"{}","offset":0,"data":"{}"}})", tid, protocol::base64_encode(good.substr(0, good.size() / 2))));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -218,14 +201,14 @@ TEST_F(RunnerWorkspace, HostileKeysAreRejected) {
   RawClient c(runner_->socket());
   int64_t id = 1;
   for (const std::string& key : std::vector<std::string>{"../other", "a/b", "", ".hidden", "..", std::string(200, 'k'), "x y"}) {
-    auto r = call(c, id++, "workspace.prepare",
+    auto r = call_method(c, id++, "workspace.prepare",
                   fmt::format(R"({{"workspace_key":{},"repository_root":"/r","tree_hash":"{}"}})", json_quote(key),
                               std::string(40, 'a')));
     EXPECT_EQ(json_field(r, "/result/outcome/reason"), "workspace_key_rejected") << key << ": " << r;
-    r = call(c, id++, "workspace.drop", fmt::format(R"({{"workspace_key":{}}})", json_quote(key)));
+    r = call_method(c, id++, "workspace.drop", fmt::format(R"({{"workspace_key":{}}})", json_quote(key)));
     EXPECT_EQ(json_field(r, "/error/code"), "bad_request") << key << ": " << r;
   }
-  auto r = call(c, id++, "workspace.prepare",
+  auto r = call_method(c, id++, "workspace.prepare",
                 R"({"workspace_key":"a\u0000b","repository_root":"/r","tree_hash":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"})");
   EXPECT_EQ(json_field(r, "/error/code"), "bad_request") << r;
   auto cli = motor({"workspace", "prepare", "-w", "../escape"});
@@ -240,23 +223,23 @@ TEST_F(RunnerWorkspace, AnotherCallerCannotNameOrReachTheWorkspace) {
   const std::string commit = sh(repo_, "git rev-parse HEAD").substr(0, 40);
   const std::string tree = sh(repo_, "git rev-parse HEAD^{tree}").substr(0, 40);
   const std::string bundle = read_file(base_ + "/b.bundle");
-  auto p = call(*alice, 1, "workspace.prepare",
+  auto p = call_method(*alice, 1, "workspace.prepare",
                 fmt::format(R"({{"workspace_key":"shared","repository_root":{},"tree_hash":"{}"}})", json_quote(repo_), tree));
   const std::string tid = json_field(p, "/result/transfer_id");
   // Bob cannot feed or finish alice's transfer, even knowing its id.
-  auto b = call(*bob, 1, "workspace.upload",
+  auto b = call_method(*bob, 1, "workspace.upload",
                 fmt::format(R"({{"transfer_id":"{}","offset":0,"data":"{}"}})", tid, protocol::base64_encode(bundle)));
   EXPECT_EQ(json_field(b, "/error/code"), "bad_request") << b;
-  call(*alice, 2, "workspace.upload", fmt::format(R"({{"transfer_id":"{}","offset":0,"data":"{}"}})", tid, protocol::base64_encode(bundle)));
-  auto f = call(*alice, 3, "workspace.finish",
+  call_method(*alice, 2, "workspace.upload", fmt::format(R"({{"transfer_id":"{}","offset":0,"data":"{}"}})", tid, protocol::base64_encode(bundle)));
+  auto f = call_method(*alice, 3, "workspace.finish",
                 fmt::format(R"({{"transfer_id":"{}","commit":"{}","bundle_bytes":{}}})", tid, commit, bundle.size()));
   ASSERT_EQ(json_field(f, "/result/outcome/type"), "prepared") << f << runner_->log();
   const std::string alice_ws = runner_->workspace("shared", "alice");
   ASSERT_TRUE(exists(alice_ws + "/f1.txt"));
 
-  auto list = call(*bob, 2, "workspace.list", "{}");
+  auto list = call_method(*bob, 2, "workspace.list", "{}");
   EXPECT_EQ(list.find("shared"), std::string::npos) << list;
-  auto drop = call(*bob, 3, "workspace.drop", R"({"workspace_key":"shared"})");
+  auto drop = call_method(*bob, 3, "workspace.drop", R"({"workspace_key":"shared"})");
   EXPECT_EQ(json_field(drop, "/result/dropped"), "false") << drop;
   EXPECT_TRUE(exists(alice_ws + "/f1.txt"));
   // Bob's job naming "shared" as a sibling gets nothing of alice's.
@@ -295,7 +278,11 @@ TEST_F(RunnerWorkspace, JobWritesShowUpInTheTerminalRecord) {
   EXPECT_EQ(read_file(repo_ + "/f1.txt"), "line 1\n");
   auto again = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "cat /workspace/fresh.txt"});
   EXPECT_NE(again.out.find("\"workspace_changes\":[\"f1.txt\",\"f2.txt\",\"fresh.txt\"]"), std::string::npos) << again.out;
-  EXPECT_NE(again.out.find("\"git_state_changed\":null"), std::string::npos) << again.out;  // unchanged since the last job
+  // Unchanged since the last job: reported, with equal values (issue 17; null is "not reported").
+  const std::string again_terminal = again.out.substr(again.out.rfind('\n', again.out.find("\"type\":\"terminal\"")) + 1);
+  EXPECT_EQ(json_field(again_terminal, "/git_state_changed/head_before"),
+            json_field(again_terminal, "/git_state_changed/head_after")) << again.out;
+  EXPECT_EQ(json_field(again_terminal, "/git_state_changed/head_after").size(), 40u) << again.out;
 }
 
 // The .git state the last job left is the baseline of the next job's git_state_changed; it is
@@ -318,7 +305,9 @@ TEST_F(RunnerWorkspace, GitStateBaselineSurvivesARunnerRestart) {
   ASSERT_TRUE(runner_->start()) << runner_->log();
   auto untouched = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "true"});
   ASSERT_EQ(untouched.exit_code, 0) << untouched.out << untouched.err;
-  EXPECT_EQ(json_field(terminal_of(untouched.out), "/git_state_changed"), "null") << untouched.out;
+  // Reported, with the baseline as both values (issue 17: null would mean "not reported").
+  EXPECT_EQ(json_field(terminal_of(untouched.out), "/git_state_changed/head_before"), head) << untouched.out;
+  EXPECT_EQ(json_field(terminal_of(untouched.out), "/git_state_changed/head_after"), head) << untouched.out;
   auto moved = motor({"run", "--no-sync", "-w", "k", "--json", "-c", "cd /workspace && " + commit + "two"});
   ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err;
   EXPECT_EQ(json_field(terminal_of(moved.out), "/git_state_changed/head_before"), head) << moved.out;
@@ -405,7 +394,7 @@ TEST_F(RunnerWorkspace, DropCancelsARunningJobAndRemovesTheWorkspace) {
   }
   ASSERT_FALSE(job_id.empty());
   RawClient d(runner_->socket());
-  auto r = call(d, 1, "workspace.drop", R"({"workspace_key":"k"})");
+  auto r = call_method(d, 1, "workspace.drop", R"({"workspace_key":"k"})");
   EXPECT_EQ(json_field(r, "/result/dropped"), "true") << r;
   EXPECT_EQ(json_field(r, "/result/cancelled_jobs"), "[\"" + job_id + "\"]") << r;
   std::string terminal;
@@ -415,7 +404,7 @@ TEST_F(RunnerWorkspace, DropCancelsARunningJobAndRemovesTheWorkspace) {
       break;
     }
   }
-  EXPECT_EQ(json_field(terminal, "/outcome/type"), "cancelled") << terminal;
+  EXPECT_EQ(json_field(terminal, "/killed"), "cancel") << terminal;  // it was running: killed
   EXPECT_FALSE(exists(ws()));
   EXPECT_EQ(sh(runner_->state_dir(), "ls workspace-trash | wc -l"), "0\n");
 }

@@ -461,6 +461,18 @@ bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
   }
 }
 
+std::string call_method(RawClient& c, int64_t id, const std::string& method, const std::string& params) {
+  if (!c.send_frame(fmt::format(R"({{"id":{},"method":"{}","params":{}}})", id, method, params))) return "<not sent>";
+  for (;;) {
+    auto f = c.read_frame(std::chrono::milliseconds(60000));
+    if (!f) return "<no reply>";
+    if (json_field(*f, "/id") == std::to_string(id) &&
+        (json_field(*f, "/result") != "<missing>" || json_field(*f, "/error") != "<missing>")) {
+      return *f;
+    }
+  }
+}
+
 std::string json_quote(const std::string& text) {
   std::string out;
   protocol::append_json_string(out, text);

@@ -133,6 +133,10 @@ class RawClient {
 std::vector<std::string> read_until_terminal(RawClient& c,
                                              std::chrono::milliseconds timeout = std::chrono::milliseconds(30000));
 
+// Sends {"id":id,"method":method,"params":params} and returns the reply to that id (a result or
+// an error; stream records of other requests are skipped), or "<no reply>".
+std::string call_method(RawClient& c, int64_t id, const std::string& method, const std::string& params);
+
 // `text` as a JSON string literal, quotes included.
 std::string json_quote(const std::string& text);
 

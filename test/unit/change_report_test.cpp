@@ -23,7 +23,10 @@ TEST(ChangeReport, SortsStatusEntriesIntoChangesUntrackedAndIgnored) {
   EXPECT_EQ(json.changes, R"(["src/a.rs","gone.txt","new file.txt"])");
   EXPECT_EQ(json.untracked_files, R"({"paths":["new file.txt"],"truncated":false})");
   EXPECT_EQ(json.ignored_writes, R"({"count":1,"sample_paths":["debug.log"]})");
-  EXPECT_EQ(json.git_state_changed, "null");
+  // Issue 17: reported with equal values when nothing changed (null means "not reported").
+  EXPECT_EQ(json.git_state_changed,
+            R"({"head_before":null,"head_after":null,"ref_before":null,"ref_after":null,"index_tree_before":null,)"
+            R"("index_tree_after":null,"stash_count_before":0,"stash_count_after":0})");
 }
 
 TEST(ChangeReport, BoundsListsAndReportsGitStateChanges) {

@@ -34,7 +34,6 @@ TEST(WorkspaceKey, Rejected) {
   expect_rejected("..");
   expect_rejected(".hidden");
   expect_rejected("a/b");
-  expect_rejected("/abs");
   expect_rejected("a\\b");
   expect_rejected("a\0b"s);
   expect_rejected("\0"s);
@@ -43,6 +42,51 @@ TEST(WorkspaceKey, Rejected) {
   expect_rejected("a@b");  // '@' is for caller names, not keys
   expect_rejected("caf\xC3\xA9");
   expect_rejected("a\nb");
+}
+
+// Issue 17: exec-remote/v1 callers name a workspace by the canonical absolute path of its checkout.
+TEST(WorkspaceKey, CanonicalPathsAreKeys) {
+  for (const char* key : {"/home/u/worktrees/task", "/Users/example/src/prefrontal", "/", "/a", "/a b/c@d/caf\xC3\xA9"}) {
+    EXPECT_TRUE(validate_workspace_key(key).ok()) << key;
+    EXPECT_TRUE(is_path_key(key)) << key;
+  }
+  EXPECT_TRUE(validate_workspace_key("/" + std::string(4095, 'p')).ok());
+  EXPECT_FALSE(is_path_key("default"));
+}
+
+TEST(WorkspaceKey, PathsThatAreNotCanonicalAreRejected) {
+  for (const char* key : {"/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/..", "/.", "/a/.", "/a\nb", "/a\tb", "/a\x7f"}) {
+    expect_rejected(key);
+  }
+  expect_rejected("/a\0b"s);
+  expect_rejected("/" + std::string(4096, 'p'));
+}
+
+TEST(WorkspaceKey, OnDiskNameOfAPathIsOneSafeComponent) {
+  EXPECT_EQ(workspace_key_file_name("default"), "default");  // Motor's short keys keep their names
+  const std::string name = workspace_key_file_name("/home/u/worktrees/task");
+  EXPECT_EQ(name.size(), 41u);
+  EXPECT_EQ(name[0], '~');
+  EXPECT_EQ(name.find('/'), std::string::npos);
+  EXPECT_TRUE(is_path_key_file_name(name));
+  EXPECT_TRUE(is_workspace_key_file_name(name));
+  EXPECT_TRUE(is_workspace_key_file_name("default"));
+  EXPECT_FALSE(is_workspace_key_file_name(".."));
+  EXPECT_FALSE(validate_workspace_key(name).ok());  // a hashed name is not itself a key
+  EXPECT_NE(name, workspace_key_file_name("/home/u/worktrees/task2"));
+  EXPECT_EQ(name, workspace_key_file_name("/home/u/worktrees/task"));
+}
+
+// A hashed name is believed only for the key that hashes to it.
+TEST(WorkspaceKey, AHashedNameNamesOnlyItsOwnKey) {
+  const std::string key = "/home/u/worktrees/task";
+  const std::string name = workspace_key_file_name(key);
+  EXPECT_EQ(key_named(name, key), std::optional<std::string>(key));
+  EXPECT_EQ(key_named(name, "/home/u/worktrees/other"), std::nullopt);
+  EXPECT_EQ(key_named(name, ""), std::nullopt);
+  EXPECT_EQ(key_named("default", "anything"), std::optional<std::string>("default"));
+  EXPECT_EQ(key_named("..", ".."), std::nullopt);
+  EXPECT_EQ(key_named(".keys", ""), std::nullopt);
 }
 
 TEST(WorkspaceKey, MessageSaysWhatAKeyIs) {
@@ -81,6 +125,19 @@ TEST(RelativeCwd, AbsoluteOutsideRoot) {
   expect_refused("/home/a/repo", "/etc", "is not inside repository_root");
   expect_refused("", "/home/a/repo", "is not inside repository_root");           // no root to be under
   expect_refused("home/a/repo", "/home/a/repo", "is not inside repository_root");  // a relative root
+}
+
+// Issue 17: a path key's cwd is inside the workspace the key names, not inside repository_root
+// (a git worktree lives elsewhere).
+TEST(RelativeCwd, InsideAPathKeysWorkspace) {
+  const std::string key = "/home/u/worktrees/task", root = "/home/u/src/repo";
+  EXPECT_EQ(cwd_checkout(key, root), key);
+  EXPECT_EQ(cwd_checkout("default", root), root);
+  EXPECT_EQ(rel(cwd_checkout(key, root), "/home/u/worktrees/task/crates/core"), "crates/core");
+  EXPECT_EQ(rel(cwd_checkout(key, root), "/home/u/worktrees/task"), "");
+  auto outside = relative_cwd(cwd_checkout(key, root), "/home/u/src/repo/x", "the workspace (workspace_key)");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.error().message.find("is not inside the workspace"), std::string::npos) << outside.error().message;
 }
 
 TEST(RelativeCwd, DotDotIsRefused) {

@@ -1,0 +1,125 @@
+// After a job: what it changed in its workspace, scanned in the sandbox against the prepared
+// tree; and the prepared tree's file list from the mirror.
+#include "workspace/workspaces.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/log.hpp"
+#include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
+#include "motor/unique_fd.hpp"
+#include "reactor/slow_call.hpp"
+#include "workspace/workspace_dir.hpp"
+#include "workspace/workspace_names.hpp"
+#include "workspace/workspaces_internal.hpp"
+
+namespace motor::workspace {
+
+using namespace detail;
+
+namespace {
+
+// What the job changed against the prepared tree (the runner's index), then the state of a
+// .git the job made (only if it is a real directory), read with commands that run no hooks,
+// filters or fsmonitor; every command-line override in git_env() applies on top of its config.
+constexpr const char* kScanScript = R"sh(set -u
+export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
+cd /workspace || exit 20
+git status --porcelain=v1 -z --untracked-files=all --ignored=matching --no-renames || exit 20
+printf '\nMOTOR-GIT-STATE\n'
+unset GIT_WORK_TREE GIT_INDEX_FILE
+if [ -d .git ] && [ ! -L .git ]; then
+  export GIT_DIR=/workspace/.git
+  echo present=1
+  echo "head=$(git rev-parse -q --verify HEAD 2>/dev/null)"
+  echo "ref=$(git symbolic-ref -q HEAD 2>/dev/null)"
+  echo "index_tree=$(git write-tree 2>/dev/null)"
+  echo "stash_count=$(git rev-list --walk-reflogs --count refs/stash 2>/dev/null || echo 0)"
+else
+  echo present=0
+fi
+)sh";
+
+}  // namespace
+
+void Workspaces::scan(const std::string& caller, const std::string& key, int64_t memory_bytes,
+                      std::function<void(JobReport)> done) {
+  const std::string k = id_key(caller, key);
+  auto it = records_.find(k);
+  if (it == records_.end()) return done(JobReport{});  // never prepared: nothing to compare with
+  JobReport base;
+  base.tree_hash = it->second.tree.tree;
+  base.bundle_bytes = it->second.tree.bundle_bytes;
+  ++busy_[k];
+  ChildSpec spec;
+  spec.file = s_.sandbox_helper;
+  spec.argv = sandbox_argv(it->second.tree.workspace_dir, meta_dir(caller, key), it->second.mirror, kScanScript);
+  // git opens every .gitignore/.gitattributes it meets: one that is a FIFO (or a device) would
+  // block it for good. The helper covers such files with an empty one in its own mount namespace.
+  if (!control_weakened("scan-masks")) spec.argv.insert(spec.argv.begin() + 1, "--mask-special-git-files");  // test build only
+  spec.env = git_env();
+  spec.timeout_ms = kScanTimeoutMs;
+  run_helper(std::move(spec), memory_bytes, [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {
+    if (!*alive) return;
+    settle(k);
+    auto rec = records_.find(k);
+    std::optional<ChangeReport> report;
+    if (r.ok() && !r.stdout_truncated) {
+      reactor::SlowCall timed("parsing a changed-paths scan");
+      report = parse_scan_output(r.out);
+    }
+    if (!report || rec == records_.end()) {
+      if (rec != records_.end()) rec->second.dirty = true;
+      base.fields.reset();
+      log_warning("workspace {}: the changed-paths scan failed: {}", k, r.describe());
+      return done(std::move(base));
+    }
+    base.fields = encode_report(*report, rec->second.git);
+    const bool git_moved = !(rec->second.git == report->git);
+    rec->second.git = report->git;
+    if (git_moved) {
+      const auto slash = k.find('/');  // a caller's name holds no '/' (a path key does)
+      if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
+        log_error("workspace {}: saving its .git state: {}", k, st.error().message);
+      }
+    }
+    rec->second.dirty = !report->changes.empty() || report->git.present;
+    done(std::move(base));
+  });
+}
+
+void Workspaces::list_prepared_files(const std::string& caller, const std::string& key,
+                                     std::function<void(Expected<std::vector<std::string>>)> done) {
+  auto it = records_.find(id_key(caller, key));
+  if (it == records_.end()) return done(make_error("workspace_setup_failed", "the workspace was never prepared"));
+  ChildSpec spec;
+  spec.file = s_.git;
+  spec.argv = {s_.git, "--git-dir=" + it->second.mirror, "ls-tree", "-r", "-z", "--name-only", it->second.tree.commit};
+  spec.env = git_env();
+  spec.uid = s_.mirror_uid;
+  spec.gid = s_.mirror_gid;
+  spec.timeout_ms = kScanTimeoutMs;
+  run_child(loop_, std::move(spec), [alive = alive_, done = std::move(done)](ChildResult r) {
+    if (!*alive) return;
+    if (!r.ok() || r.stdout_truncated) return done(make_error("workspace_setup_failed", "git ls-tree: " + r.describe()));
+    std::vector<std::string> files;
+    for (size_t at = 0; at < r.out.size();) {
+      const size_t end = r.out.find('\0', at);
+      if (end == std::string::npos) break;
+      files.emplace_back(r.out.substr(at, end - at));
+      at = end + 1;
+    }
+    done(std::move(files));
+  });
+}
+
+}  // namespace motor::workspace
