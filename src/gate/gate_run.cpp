@@ -30,6 +30,7 @@
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
 #include "protocol/json_writer.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "workspace/workspace_names.hpp"
 
 namespace motor::gate {
@@ -181,12 +182,7 @@ struct GateRun {
           if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
           const std::string cg = parent + "/" + e->d_name;
           cleanup_notes.push_back("removed leftover cgroup " + cg);
-          if (std::ofstream kill_file{cg + "/cgroup.kill"}) kill_file << "1";
-          for (int i = 0; i < 300 && rmdir(cg.c_str()) < 0 && errno == EBUSY; ++i) {
-            std::istringstream procs(read_file(cg + "/cgroup.procs"));
-            for (pid_t p; procs >> p;) kill(p, SIGKILL);
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
+          (void)sandbox::reap_now(sandbox::remains_of_dirs({cg}, cg), 3000);
         }
         closedir(d);
         if (rmdir(parent.c_str()) < 0 && errno != ENOENT) {
