@@ -26,6 +26,7 @@
 #include "gate/runner_session.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "workspace/workspace_names.hpp"
 
 namespace motor::gate {
@@ -75,12 +76,7 @@ void remove_tree(const std::string& path) {
 
 // Kills what is left in one job cgroup and removes it.
 void kill_and_remove_cgroup(const std::string& cg) {
-  if (std::ofstream kill_file{cg + "/cgroup.kill"}) kill_file << "1";
-  for (int i = 0; i < 300 && rmdir(cg.c_str()) < 0 && errno == EBUSY; ++i) {
-    std::istringstream procs(read_host(cg + "/cgroup.procs"));
-    for (pid_t p; procs >> p;) kill(p, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)sandbox::reap_now(sandbox::remains_of_dirs({cg}, cg), 3000);
 }
 
 // Everything the gate starts or makes, undone by cleanup() (and the destructor), also on failure

@@ -29,6 +29,8 @@ class Outbound {
 
   // The job's network: a free /30 slot and the plan its child builds (job_network.hpp).
   Expected<sandbox::JobNetworkPlan> claim(const std::string& job_id);
+  // Every slot is claimed: claim() would fail for want of one (the job is refused runner_full).
+  bool full() const { return slots_.size() + 1 >= sandbox::slot_count(egress_->subnet()); }
   void release(const std::string& job_id);
 
   const netpolicy::Egress& egress() const { return *egress_; }

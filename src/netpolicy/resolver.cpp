@@ -101,10 +101,9 @@ Status Resolver::start(int egress_netns_fd) {
   if (bind(udp->get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding UDP port 53");
   if (bind(tcp->get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return sys_error("resolver: binding TCP port 53");
 
-  uv_udp_init(loop_, udp_.get());
-  udp_.initialized(this);
+  if (auto s = reactor::uv_status(udp_.init(this, uv_udp_init, loop_), "resolver: the UDP handle"); !s) return s;
   if (int rc = uv_udp_open(udp_.get(), udp->release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
-  uv_udp_recv_start(
+  const int recv_rc = uv_udp_recv_start(
       udp_.get(), [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* self = reactor::owner_of<Resolver>(h);
         *buf = self ? uv_buf_init(self->udp_buf_, sizeof self->udp_buf_) : uv_buf_init(nullptr, 0);
@@ -115,8 +114,8 @@ Status Resolver::start(int egress_netns_fd) {
         self->on_query(std::string_view(buf->base, static_cast<size_t>(n)), *reinterpret_cast<const sockaddr_in*>(addr),
                        nullptr);
       });
-  uv_tcp_init(loop_, tcp_.get());
-  tcp_.initialized(this);
+  if (auto s = reactor::uv_status(recv_rc, "resolver: receiving on UDP port 53"); !s) return s;
+  if (auto s = reactor::uv_status(tcp_.init(this, uv_tcp_init, loop_), "resolver: the TCP handle"); !s) return s;
   if (int rc = uv_tcp_open(tcp_.get(), tcp->release()); rc != 0) return make_error("io", std::string("resolver: ") + uv_strerror(rc));
   if (int rc = uv_listen(tcp_.stream(), 64, [](uv_stream_t* s, int status) {
         if (auto* self = reactor::owner_of<Resolver>(s); self && status == 0) self->accept_tcp();
@@ -170,9 +169,7 @@ void Resolver::try_upstream(Pending& p) {
     return try_upstream(p);
   }
   p.sock = std::make_unique<reactor::UvHandle<uv_udp_t>>();
-  uv_udp_init(loop_, p.sock->get());
-  p.sock->initialized(&p);
-  if (uv_udp_open(p.sock->get(), *fd) != 0) {
+  if (p.sock->init(&p, uv_udp_init, loop_) != 0 || uv_udp_open(p.sock->get(), *fd) != 0) {
     close(*fd);
     return try_upstream(p);
   }
@@ -186,19 +183,23 @@ void Resolver::try_upstream(Pending& p) {
   if (uv_udp_connect(p.sock->get(), reinterpret_cast<sockaddr*>(&to)) != 0 || uv_udp_try_send(p.sock->get(), &buf, 1, nullptr) < 0) {
     return try_upstream(p);
   }
-  uv_udp_recv_start(
-      p.sock->get(), [](uv_handle_t*, size_t, uv_buf_t* b) { *b = uv_buf_init(g_upstream_buf, sizeof g_upstream_buf); },
-      [](uv_udp_t* h, ssize_t n, const uv_buf_t* b, const sockaddr*, unsigned) {
-        auto* pending = reactor::owner_of<Pending>(h);
-        if (!pending || n <= 0) return;
-        pending->owner->on_upstream(*pending, std::string_view(b->base, static_cast<size_t>(n)));
-      });
+  if (uv_udp_recv_start(
+          p.sock->get(), [](uv_handle_t*, size_t, uv_buf_t* b) { *b = uv_buf_init(g_upstream_buf, sizeof g_upstream_buf); },
+          [](uv_udp_t* h, ssize_t n, const uv_buf_t* b, const sockaddr*, unsigned) {
+            auto* pending = reactor::owner_of<Pending>(h);
+            if (!pending || n <= 0) return;
+            pending->owner->on_upstream(*pending, std::string_view(b->base, static_cast<size_t>(n)));
+          }) != 0) {
+    return try_upstream(p);  // the answer could not be read: the next server
+  }
   p.timer = std::make_unique<reactor::UvHandle<uv_timer_t>>();
-  uv_timer_init(loop_, p.timer->get());
-  p.timer->initialized(&p);
-  uv_timer_start(p.timer->get(), [](uv_timer_t* h) {
-    if (auto* pending = reactor::owner_of<Pending>(h)) pending->owner->try_upstream(*pending);
-  }, kUpstreamTimeoutMs, 0);
+  int rc = p.timer->init(&p, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(p.timer->get(), [](uv_timer_t* h) {
+      if (auto* pending = reactor::owner_of<Pending>(h)) pending->owner->try_upstream(*pending);
+    }, kUpstreamTimeoutMs, 0);
+  }
+  if (rc != 0) log_warning("resolver: no timeout for an upstream query ({}); it waits for its answer", uv_strerror(rc));
 }
 
 void Resolver::on_upstream(Pending& p, std::string_view response) {
@@ -242,36 +243,37 @@ void Resolver::finish(Pending& p) {
 void Resolver::accept_tcp() {
   auto c = std::make_unique<TcpClient>();
   c->owner = this;
-  uv_tcp_init(loop_, c->conn.get());
-  c->conn.initialized(c.get());
-  if (uv_accept(tcp_.stream(), c->conn.stream()) != 0) return;
+  if (c->conn.init(c.get(), uv_tcp_init, loop_) != 0 || uv_accept(tcp_.stream(), c->conn.stream()) != 0) return;
   int len = sizeof c->peer;
   if (tcp_clients_.size() >= kMaxTcp || uv_tcp_getpeername(c->conn.get(), reinterpret_cast<sockaddr*>(&c->peer), &len) != 0 ||
       c->peer.sin_family != AF_INET) {
     return;  // closed by c's destructor
   }
-  uv_timer_init(loop_, c->idle.get());
-  c->idle.initialized(c.get());
-  uv_timer_start(c->idle.get(), [](uv_timer_t* h) {
-    if (auto* client = reactor::owner_of<TcpClient>(h)) client->owner->close_tcp(*client);
-  }, kTcpIdleMs, 0);
-  uv_read_start(
-      c->conn.stream(), [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-        auto* client = reactor::owner_of<TcpClient>(h);
-        *buf = client ? uv_buf_init(client->buf, sizeof client->buf) : uv_buf_init(nullptr, 0);
-      },
-      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
-        if (auto* client = reactor::owner_of<TcpClient>(s)) client->owner->on_tcp_read(*client, n, buf);
-      });
+  // A client without its idle timer or its reads is not kept (closed by c's destructor).
+  if (c->idle.init(c.get(), uv_timer_init, loop_) != 0 || !arm_idle(*c)) return;
+  if (uv_read_start(
+          c->conn.stream(), [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+            auto* client = reactor::owner_of<TcpClient>(h);
+            *buf = client ? uv_buf_init(client->buf, sizeof client->buf) : uv_buf_init(nullptr, 0);
+          },
+          [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
+            if (auto* client = reactor::owner_of<TcpClient>(s)) client->owner->on_tcp_read(*client, n, buf);
+          }) != 0) {
+    return;
+  }
   tcp_clients_.push_back(std::move(c));
+}
+
+bool Resolver::arm_idle(TcpClient& c) {
+  return uv_timer_start(c.idle.get(), [](uv_timer_t* h) {
+    if (auto* client = reactor::owner_of<TcpClient>(h)) client->owner->close_tcp(*client);
+  }, kTcpIdleMs, 0) == 0;
 }
 
 void Resolver::on_tcp_read(TcpClient& c, ssize_t n, const uv_buf_t* buf) {
   if (n < 0) return close_tcp(c);
   if (n == 0) return;
-  uv_timer_start(c.idle.get(), [](uv_timer_t* h) {
-    if (auto* client = reactor::owner_of<TcpClient>(h)) client->owner->close_tcp(*client);
-  }, kTcpIdleMs, 0);
+  if (!arm_idle(c)) return close_tcp(c);
   c.in.append(buf->base, static_cast<size_t>(n));
   while (c.in.size() >= 2) {
     const size_t len = (static_cast<size_t>(static_cast<uint8_t>(c.in[0])) << 8) | static_cast<uint8_t>(c.in[1]);

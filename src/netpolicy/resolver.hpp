@@ -51,6 +51,7 @@ class Resolver {
   void accept_tcp();
   void on_tcp_read(TcpClient& c, ssize_t n, const uv_buf_t* buf);
   void close_tcp(TcpClient& c);
+  bool arm_idle(TcpClient& c);  // (re)starts its idle timer; false if libuv refused
   Expected<int> upstream_socket();
 
   uv_loop_t* loop_;

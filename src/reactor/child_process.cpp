@@ -35,6 +35,13 @@ struct ChildProcess::Watch {
   size_t stdout_bytes = 0;
   char buf[64 * 1024];
 
+  // `rc`: what the handle's uv_*_init returned; only an initialized handle is closed later.
+  template <typename T>
+  bool track(int rc, T* h) {
+    if (rc != 0) return false;
+    initialized(h);
+    return true;
+  }
   template <typename T>
   void initialized(T* h) {
     auto* handle = reinterpret_cast<uv_handle_t*>(h);
@@ -62,15 +69,17 @@ struct ChildProcess::Watch {
     }
   }
 
+  // A pipe that cannot be read counts as at EOF (the child may then block on it; the deadline
+  // or the owner's kill ends it).
   void start_reading(uv_pipe_t* pipe) {
-    ++pending;
-    uv_read_start(
+    const int rc = uv_read_start(
         reinterpret_cast<uv_stream_t*>(pipe),
         [](uv_handle_t* h, size_t, uv_buf_t* b) {
           auto* self = static_cast<Watch*>(h->data);
           *b = uv_buf_init(self->buf, sizeof self->buf);
         },
         [](uv_stream_t* s, ssize_t n, const uv_buf_t*) { static_cast<Watch*>(s->data)->on_read(s, n); });
+    if (rc == 0) ++pending;
   }
   void on_read(uv_stream_t* s, ssize_t n) {
     if (n < 0) {  // EOF or a read error: this pipe is done
@@ -97,25 +106,30 @@ struct ChildProcess::Watch {
 
   void start_deadline(uint64_t timeout_ms) {
     if (timeout_ms == 0) return;
-    uv_timer_start(&timer, [](uv_timer_t* t) {
+    const int rc = uv_timer_start(&timer, [](uv_timer_t* t) {
       auto* self = static_cast<Watch*>(t->data);
       self->result.timed_out = true;
       self->kill();
     }, timeout_ms, 0);
+    if (rc != 0) {  // a child without its deadline is not left running
+      result.timed_out = true;
+      kill();
+    }
   }
   void on_exit(int exit_code, int term_signal) {
     if (exited) return;
     exited = true;
     result.exit_code = exit_code;
     result.term_signal = term_signal;
-    uv_timer_start(&timer, [](uv_timer_t* t) {
-      auto* self = static_cast<Watch*>(t->data);
-      for (uv_pipe_t* p : {&self->out, &self->err}) {
-        if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_read_stop(reinterpret_cast<uv_stream_t*>(p));
-      }
-      self->pending = 1;
-      self->step();
-    }, kDrainGraceMs, 0);
+    const int rc = uv_timer_start(&timer, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->stop_draining(); }, kDrainGraceMs, 0);
+    if (rc != 0) return stop_draining();  // no grace for the pipes: what they hold now is all
+    step();
+  }
+  void stop_draining() {
+    for (uv_pipe_t* p : {&out, &err}) {
+      if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_read_stop(reinterpret_cast<uv_stream_t*>(p));
+    }
+    pending = 1;
     step();
   }
   // An adopted child's pidfd became readable.
@@ -157,12 +171,11 @@ std::string ChildExit::describe() const {
 Expected<std::unique_ptr<ChildProcess>> ChildProcess::spawn(uv_loop_t* loop, const ChildSpec& spec, Done done) {
   auto* w = new Watch;
   w->result.max_stdout_bytes = spec.max_stdout_bytes;
-  uv_pipe_init(loop, &w->out, 0);
-  w->initialized(&w->out);
-  uv_pipe_init(loop, &w->err, 0);
-  w->initialized(&w->err);
-  uv_timer_init(loop, &w->timer);
-  w->initialized(&w->timer);
+  if (!w->track(uv_pipe_init(loop, &w->out, 0), &w->out) || !w->track(uv_pipe_init(loop, &w->err, 0), &w->err) ||
+      !w->track(uv_timer_init(loop, &w->timer), &w->timer)) {
+    w->close_all();
+    return make_error("spawn_failed", spec.file + ": the loop could not make its pipes or timer");
+  }
 
   std::vector<std::string> strings = spec.argv;
   strings.insert(strings.end(), spec.env.begin(), spec.env.end());
@@ -222,26 +235,31 @@ Expected<std::unique_ptr<ChildProcess>> ChildProcess::adopt(uv_loop_t* loop, pid
   auto* w = new Watch;
   w->result.max_stdout_bytes = max_stdout_bytes;
   w->pidfd = std::move(pidfd);
-  uv_timer_init(loop, &w->timer);
-  w->initialized(&w->timer);
-  if (int rc = uv_poll_init(loop, &w->pidfd_poll, w->pidfd.get()); rc != 0) {
+  if (int rc = uv_timer_init(loop, &w->timer); !w->track(rc, &w->timer)) {
+    w->close_all();
+    return make_error("io", fmt::format("the deadline of {}: {}", pid, uv_strerror(rc)));
+  }
+  if (int rc = uv_poll_init(loop, &w->pidfd_poll, w->pidfd.get()); !w->track(rc, &w->pidfd_poll)) {
     w->close_all();
     return make_error("io", fmt::format("watching the pidfd of {}: {}", pid, uv_strerror(rc)));
   }
-  w->initialized(&w->pidfd_poll);
   std::pair<uv_pipe_t*, UniqueFd*> pipes[] = {{&w->out, &stdout_read}, {&w->err, &stderr_read}};
   for (auto& [pipe, fd] : pipes) {
     if (!*fd) continue;
-    uv_pipe_init(loop, pipe, 0);
-    w->initialized(pipe);
-    if (int rc = uv_pipe_open(pipe, fd->get()); rc != 0) {
+    int rc = uv_pipe_init(loop, pipe, 0);
+    if (w->track(rc, pipe)) rc = uv_pipe_open(pipe, fd->get());
+    if (rc != 0) {
       w->close_all();
       return make_error("io", fmt::format("reading the output of {}: {}", pid, uv_strerror(rc)));
     }
     fd->release();  // the pipe handle closes it now
     w->start_reading(pipe);
   }
-  uv_poll_start(&w->pidfd_poll, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Watch*>(h->data)->reap(); });
+  if (int rc = uv_poll_start(&w->pidfd_poll, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Watch*>(h->data)->reap(); });
+      rc != 0) {
+    w->close_all();  // the caller still owns the child's pid: it kills it (the pidfd is closed here)
+    return make_error("io", fmt::format("watching the pidfd of {}: {}", pid, uv_strerror(rc)));
+  }
   w->start_deadline(timeout_ms);
   std::unique_ptr<ChildProcess> child(new ChildProcess);
   child->watch_ = w;

@@ -34,6 +34,7 @@ int g_next_id = 1;  // never reused: libvirt may still name a removed id in a la
 std::map<int, Watch*> g_watches;
 std::map<int, Timeout*> g_timeouts;
 size_t g_pending_frees = 0;
+uint64_t g_failed_starts = 0;  // libvirt_loop_counts().failed_starts
 struct {
   uint64_t handles = 0, timeouts = 0;
 } g_dispatches;
@@ -64,8 +65,8 @@ void set_watch_events(Watch* w, int vir_events) {
   const int ev = to_uv_events(vir_events);
   if (ev == 0) {
     uv_poll_stop(&w->poll);
-  } else {
-    uv_poll_start(&w->poll, ev | UV_DISCONNECT, on_poll);
+  } else if (uv_poll_start(&w->poll, ev | UV_DISCONNECT, on_poll) != 0) {
+    ++g_failed_starts;
   }
 }
 
@@ -117,21 +118,32 @@ void set_timeout_frequency(Timeout* t, int frequency_ms) {
   uv_idle_stop(&t->idle);
   if (frequency_ms < 0) return;
   if (frequency_ms == 0) {
-    uv_idle_start(&t->idle, [](uv_idle_t* h) {
-      if (auto* t2 = static_cast<Timeout*>(h->data)) on_timer_fire(t2);
-    });
+    if (uv_idle_start(&t->idle, [](uv_idle_t* h) {
+          if (auto* t2 = static_cast<Timeout*>(h->data)) on_timer_fire(t2);
+        }) != 0) {
+      ++g_failed_starts;
+    }
   } else {
     const auto period = static_cast<uint64_t>(frequency_ms);
-    uv_timer_start(&t->timer, [](uv_timer_t* h) {
-      if (auto* t2 = static_cast<Timeout*>(h->data)) on_timer_fire(t2);
-    }, period, period);
+    if (uv_timer_start(&t->timer, [](uv_timer_t* h) {
+          if (auto* t2 = static_cast<Timeout*>(h->data)) on_timer_fire(t2);
+        }, period, period) != 0) {
+      ++g_failed_starts;
+    }
   }
 }
 
 int add_timeout(int frequency_ms, virEventTimeoutCallback cb, void* opaque, virFreeCallback ff) {
   auto* t = new Timeout;
-  uv_timer_init(g_loop, &t->timer);
-  uv_idle_init(g_loop, &t->idle);
+  if (uv_timer_init(g_loop, &t->timer) != 0) {
+    delete t;
+    return -1;
+  }
+  if (uv_idle_init(g_loop, &t->idle) != 0) {
+    t->timer.data = t;
+    uv_close(reinterpret_cast<uv_handle_t*>(&t->timer), [](uv_handle_t* h) { delete static_cast<Timeout*>(h->data); });
+    return -1;
+  }
   t->id = g_next_id++;
   t->cb = cb;
   t->opaque = opaque;
@@ -178,7 +190,8 @@ Status register_libvirt_loop(uv_loop_t* loop) {
 }
 
 LibvirtLoopCounts libvirt_loop_counts() {
-  return LibvirtLoopCounts{g_watches.size(), g_timeouts.size(), g_pending_frees, g_dispatches.handles, g_dispatches.timeouts};
+  return LibvirtLoopCounts{g_watches.size(), g_timeouts.size(), g_pending_frees, g_dispatches.handles, g_dispatches.timeouts,
+                           g_failed_starts};
 }
 
 }  // namespace motor::reactor

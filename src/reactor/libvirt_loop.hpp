@@ -31,6 +31,9 @@ struct LibvirtLoopCounts {
   size_t pending_frees = 0;  // removed, free callback not yet run
   uint64_t handle_dispatches = 0;   // callbacks run so far
   uint64_t timeout_dispatches = 0;
+  // uv_poll_start/uv_timer_start/uv_idle_start refused (libvirt's update calls return nothing,
+  // so a failure is counted here, where a test or a debugger finds it).
+  uint64_t failed_starts = 0;
 };
 LibvirtLoopCounts libvirt_loop_counts();
 

@@ -4,9 +4,10 @@ namespace motor::reactor {
 
 StallMeter::StallMeter(uv_loop_t* loop) : loop_(loop) {
   uv_loop_configure(loop, UV_METRICS_IDLE_TIME);
-  uv_prepare_init(loop, prepare_.get());
-  prepare_.initialized(this);
-  uv_prepare_start(prepare_.get(), [](uv_prepare_t* h) {
+  // Without its prepare handle the meter reads 0: a measurement lost, never a job (the stall
+  // figure is for the operator's status and the benchmarks).
+  if (prepare_.init(this, uv_prepare_init, loop) != 0) return;
+  const int rc = uv_prepare_start(prepare_.get(), [](uv_prepare_t* h) {
     auto* self = owner_of<StallMeter>(h);
     if (!self) return;
     const uint64_t now = uv_hrtime();
@@ -20,6 +21,10 @@ StallMeter::StallMeter(uv_loop_t* loop) : loop_(loop) {
     self->last_ns_ = now;
     self->last_idle_ns_ = idle;
   });
+  if (rc != 0) {
+    prepare_.close();
+    return;
+  }
   uv_unref(prepare_.handle());  // never keeps the loop alive on its own
 }
 

@@ -100,11 +100,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   cgroup_name_ = "job-" + id_;
   if (auto s = begin_running(launch); !s) return s;
   LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.executable, launch.argv, launch.env, launch.cwd,
-                           launch.memory_bytes, launch.pids_max, launch.cpus, &account,
-                           [&host = host_](std::vector<std::string> dirs, std::string what) {
-                             host.retire_cgroup(std::move(dirs), std::move(what));
-                           },
-                           caller_};
+                           launch.memory_bytes, launch.pids_max, launch.cpus, &account, caller_};
   ExecutionSink& sink = *this;
   auto created = std::make_unique<LinuxExecution>(host_.loop(), std::move(linux_launch), sink);
   LinuxExecution& execution = *created;

@@ -45,8 +45,6 @@ class JobHost : public RecordHost {
   virtual void job_start_failed(Job& job, const std::string& detail) = 0;
   // It ended (terminal record set): its claims are freed.
   virtual void job_finished(Job& job) = 0;
-  // A cgroup still busy at the job's end: removed in the background.
-  virtual void retire_cgroup(std::vector<std::string> dirs, std::string what) = 0;
 };
 
 struct JobLaunch {

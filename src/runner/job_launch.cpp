@@ -86,11 +86,9 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, s.error().message);
   }
   if (p.network == protocol::Network::kOutbound) {
+    if (outbound_->full()) return refuse_queued(job, RefusalReason::kRunnerFull, "every outbound network address is in use");
     auto network = outbound_->claim(job.id());
-    if (!network) {
-      const auto reason = network.error().code == "runner_full" ? RefusalReason::kRunnerFull : RefusalReason::kWorkspaceSetupFailed;
-      return refuse_queued(job, reason, network.error().message);
-    }
+    if (!network) return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, network.error().message);
     box.network = std::move(*network);
   }
   JobLaunch launch;

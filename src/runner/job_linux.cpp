@@ -51,9 +51,8 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, JobStarter& starter
   }();
   if (!cg) return cg.error();
   cgroup_ = std::move(*cg);
-  // From here on a failure must remove the cgroup again.
+  // From here on a failure removes the cgroup again (its destructor).
   auto fail = [&](Error e) -> Status {
-    (void)cgroup_->remove();
     cgroup_.reset();
     return e;
   };
@@ -87,15 +86,10 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, JobStarter& starter
 
 void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   if (!spawned) {
-    (void)cgroup_->kill_all();  // a starter that died after its clone3 may have left the job
     out_read_.reset();
     err_read_.reset();
     log_error("job {}: could not start: {}", launch_.job_id, spawned.error().message);
-    if (auto s = cgroup_->remove(); !s) {
-      log("removing the cgroup: " + s.error().message);
-      launch_.retire_cgroup(cgroup_->directories(), "job " + launch_.job_id);
-    }
-    cgroup_.reset();
+    cgroup_.reset();  // killed and removed: a starter that died after its clone3 may have left the job
     return sink_.execution_start_failed(spawned.error().message);  // may destroy this
   }
   pid_ = spawned->pid;
@@ -107,23 +101,17 @@ void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   stderr_ = std::make_unique<OutputPipe>();
   stdout_->kind = JobLog::Kind::kStdout;
   stderr_->kind = JobLog::Kind::kStderr;
-  for (auto* p : {stdout_.get(), stderr_.get()}) {
-    p->owner = this;
-    uv_pipe_init(loop_, p->pipe.get(), 0);
-    p->pipe.initialized(p);
-    uv_pipe_open(p->pipe.get(), (p == stdout_.get() ? out_read_ : err_read_).release());
-    start_reading(*p);
+  if (auto s = watch_process(); !s) {
+    // Unwatched, the job could not be followed: it is killed and refused.
+    log_error("job {}: could not watch it: {}", launch_.job_id, s.error().message);
+    (void)cgroup_->kill_all();
+    stdout_.reset();
+    stderr_.reset();
+    pidfd_poll_.close();
+    setup_poll_.close();
+    cgroup_.reset();
+    return sink_.execution_start_failed(s.error().message);  // may destroy this
   }
-  uv_poll_init(loop_, pidfd_poll_.get(), pidfd_.get());
-  pidfd_poll_.initialized(this);
-  uv_poll_start(pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_exit();
-  });
-  uv_poll_init(loop_, setup_poll_.get(), setup_status_.get());
-  setup_poll_.initialized(this);
-  uv_poll_start(setup_poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
-    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->confirm_started();
-  });
   watch_oom();
   log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
             fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
@@ -133,8 +121,33 @@ void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   if (kill_issued_) kill(std::nullopt);
 }
 
-void LinuxExecution::start_reading(OutputPipe& out) {
-  uv_read_start(
+Status LinuxExecution::watch_process() {
+  for (auto* p : {stdout_.get(), stderr_.get()}) {
+    p->owner = this;
+    UniqueFd& read_end = p == stdout_.get() ? out_read_ : err_read_;
+    if (auto s = reactor::uv_status(p->pipe.init(p, uv_pipe_init, loop_, 0), "an output pipe"); !s) return s;
+    if (auto s = reactor::uv_status(uv_pipe_open(p->pipe.get(), read_end.get()), "opening an output pipe"); !s) return s;
+    (void)read_end.release();  // the pipe handle owns it now
+    if (auto s = start_reading(*p); !s) return s;
+  }
+  int rc = pidfd_poll_.init(this, uv_poll_init, loop_, pidfd_.get());
+  if (rc == 0) {
+    rc = uv_poll_start(pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_exit();
+    });
+  }
+  if (auto s = reactor::uv_status(rc, "watching the job's pidfd"); !s) return s;
+  rc = setup_poll_.init(this, uv_poll_init, loop_, setup_status_.get());
+  if (rc == 0) {
+    rc = uv_poll_start(setup_poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->confirm_started();
+    });
+  }
+  return reactor::uv_status(rc, "watching the job's setup status");
+}
+
+Status LinuxExecution::start_reading(OutputPipe& out) {
+  const int rc = uv_read_start(
       out.pipe.stream(),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* op = static_cast<OutputPipe*>(h->data);
@@ -143,6 +156,7 @@ void LinuxExecution::start_reading(OutputPipe& out) {
       [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
         if (auto* op = static_cast<OutputPipe*>(h->data)) op->owner->on_output(*op, nread);
       });
+  return reactor::uv_status(rc, "reading the job's output");
 }
 
 void LinuxExecution::confirm_started() {
@@ -195,14 +209,27 @@ bool LinuxExecution::append_output(OutputPipe& out, std::string_view bytes) {
   out.pending.assign(bytes);
   if (out.pipe.live()) uv_read_stop(out.pipe.stream());
   log(s.error().message + "; output paused until the log can be written");
-  if (!retry_timer_.live()) {
-    uv_timer_init(loop_, retry_timer_.get());
-    retry_timer_.initialized(this);
+  int rc = retry_timer_.live() ? 0 : retry_timer_.init(this, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->retry_pending_output();
+    }, kLogRetryMs, 0);
   }
-  uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
-    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->retry_pending_output();
-  }, kLogRetryMs, 0);
+  if (auto st = reactor::uv_status(rc, "the log retry timer"); !st) {
+    log(st.error().message + fmt::format("; {} bytes of output dropped", out.pending.size()));
+    out.pending.clear();  // never held without a retry: the job would block for good
+    resume_reading(out);
+  }
   return false;
+}
+
+void LinuxExecution::resume_reading(OutputPipe& out) {
+  if (!out.pipe.live() || out.eof) return;
+  if (auto s = start_reading(out); !s) {
+    log(s.error().message + "; the rest of this stream is not read");
+    out.eof = true;  // else the job would wait for its EOF for good
+    out.pipe.close();
+  }
 }
 
 void LinuxExecution::retry_pending_output() {
@@ -211,7 +238,7 @@ void LinuxExecution::retry_pending_output() {
     std::string chunk = std::move(p->pending);
     p->pending.clear();
     if (!append_output(*p, chunk)) return;
-    if (p->pipe.live() && !p->eof) start_reading(*p);
+    resume_reading(*p);
   }
   maybe_end();
 }
@@ -244,11 +271,16 @@ void LinuxExecution::watch_oom() {
     return;
   }
   oom_watch_.emplace(std::move(*watch));
-  uv_poll_init(loop_, oom_poll_.get(), oom_watch_->fd());
-  oom_poll_.initialized(this);
-  uv_poll_start(oom_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-    if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_oom_event(true);
-  });
+  int rc = oom_poll_.init(this, uv_poll_init, loop_, oom_watch_->fd());
+  if (rc == 0) {
+    rc = uv_poll_start(oom_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_oom_event(true);
+    });
+  }
+  if (auto s = reactor::uv_status(rc, "watching for OOM kills"); !s) {
+    log(s.error().message + "; an OOM kill is found at exit only");
+    oom_poll_.close();
+  }
 }
 
 void LinuxExecution::on_oom_event(bool woken) {
@@ -263,16 +295,16 @@ void LinuxExecution::on_oom_event(bool woken) {
     // may still succeed): look at the counter again for a short while.
     if (woken && oom_rechecks_left_ == 0) {
       oom_rechecks_left_ = kOomRechecks;
-      if (!oom_recheck_.live()) {
-        uv_timer_init(loop_, oom_recheck_.get());
-        oom_recheck_.initialized(this);
+      int rc = oom_recheck_.live() ? 0 : oom_recheck_.init(this, uv_timer_init, loop_);
+      if (rc == 0) {
+        rc = uv_timer_start(oom_recheck_.get(), [](uv_timer_t* h) {
+          auto* self = reactor::owner_of<LinuxExecution>(h);
+          if (!self || !self->oom_poll_.live()) return;
+          if (--self->oom_rechecks_left_ <= 0) uv_timer_stop(h);
+          self->on_oom_event(false);
+        }, kOomRecheckMs, kOomRecheckMs);
       }
-      uv_timer_start(oom_recheck_.get(), [](uv_timer_t* h) {
-        auto* self = reactor::owner_of<LinuxExecution>(h);
-        if (!self || !self->oom_poll_.live()) return;
-        if (--self->oom_rechecks_left_ <= 0) uv_timer_stop(h);
-        self->on_oom_event(false);
-      }, kOomRecheckMs, kOomRecheckMs);
+      if (rc != 0) oom_rechecks_left_ = 0;  // the exit-time read still confirms
     }
     return;
   }
@@ -308,8 +340,7 @@ void LinuxExecution::check_empty() {
     } else if (++unreadable_polls_ >= kUnreadableCgroupPolls) {
       log(fmt::format("cannot read the cgroup's state for {} ms ({}); the job ends, its cgroup is removed in the background",
                       kUnreadableCgroupPolls * kEmptyPollMs, populated.error().message));
-      launch_.retire_cgroup(dirs, "job " + launch_.job_id);
-      populated = false;
+      populated = false;  // release() hands the cgroup to the reaper
     } else if (unreadable_polls_ == 1) {
       log(fmt::format("cannot read the cgroup's state: {} (retried for {} ms)", populated.error().message,
                       kUnreadableCgroupPolls * kEmptyPollMs));
@@ -334,11 +365,18 @@ void LinuxExecution::check_empty() {
   // session, say): nothing of a job outlives it.
   if (!kill_issued_) kill(std::nullopt);
   if (!empty_poll_.live()) {
-    uv_timer_init(loop_, empty_poll_.get());
-    empty_poll_.initialized(this);
-    uv_timer_start(empty_poll_.get(), [](uv_timer_t* h) {
-      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->check_empty();
-    }, kEmptyPollMs, kEmptyPollMs);
+    int rc = empty_poll_.init(this, uv_timer_init, loop_);
+    if (rc == 0) {
+      rc = uv_timer_start(empty_poll_.get(), [](uv_timer_t* h) {
+        if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->check_empty();
+      }, kEmptyPollMs, kEmptyPollMs);
+    }
+    if (auto s = reactor::uv_status(rc, "the timer that waits for the job's cgroup to empty"); !s) {
+      log(s.error().message + "; the job ends now, its cgroup is removed in the background");
+      empty_poll_.close();
+      cgroup_empty_ = true;  // release() hands the cgroup to the reaper
+      maybe_end();
+    }
   }
 }
 
@@ -394,15 +432,8 @@ ExecutionEnd LinuxExecution::end_state() {
 
 void LinuxExecution::release() {
   if (!cgroup_) return;
-  // One still busy (a dying process on a loaded host) is removed in the background.
-  if (auto s = [&] {
-        reactor::SlowCall timed("removing a job cgroup");
-        return cgroup_->remove();
-      }();
-      !s) {
-    log("removing the cgroup: " + s.error().message);
-    launch_.retire_cgroup(cgroup_->directories(), "job " + launch_.job_id);
-  }
+  // Removed now; one still busy (a dying process on a loaded host) goes to the runner's reaper.
+  reactor::SlowCall timed("removing a job cgroup");
   cgroup_.reset();
 }
 

@@ -33,8 +33,6 @@ struct LinuxLaunch {
   int64_t pids_max = 0;
   CpuClaim cpus;
   const sandbox::Account* account = nullptr;  // the job account
-  // A cgroup still busy at the end: removed in the background (Runner::retire_cgroup).
-  std::function<void(std::vector<std::string> dirs, std::string what)> retire_cgroup;
   std::string caller;  // for the operator's log line
 };
 
@@ -61,7 +59,9 @@ class LinuxExecution : public Execution {
   };
   // The job starter's answer: watch the process, or end the job as refused.
   void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
-  void start_reading(OutputPipe& out);
+  Status watch_process();  // the output pipes, the pidfd and the setup-status pipe on the loop
+  Status start_reading(OutputPipe& out);
+  void resume_reading(OutputPipe& out);  // after a pause; a failure ends the stream
   void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
   bool append_output(OutputPipe& out, std::string_view bytes);

@@ -2,8 +2,7 @@
 // parent. Finished jobs come back as they were; queued ones are outcome_unknown (ran "none");
 // running ones are killed and recorded as outcome_unknown unless their log holds their terminal record;
 // cgroups no record names are killed and removed.
-#include <chrono>
-#include <thread>
+#include <algorithm>
 
 #include "base/log.hpp"
 #include "runner/runner.hpp"
@@ -13,15 +12,11 @@ namespace motor::runner {
 namespace {
 
 // At start-up only (before the loop serves anyone): kills what a dead runner left in a job
-// cgroup, waits up to 10 s for it to empty, and removes it.
+// cgroup (the layout's own kill: v1 freezes first), waits up to 10 s for it to empty, and removes
+// it. One still busy after that goes to the reaper when the handle is dropped.
 Status kill_and_remove(sandbox::JobCgroup& cg) {
   (void)cg.kill_all();
-  for (int i = 0; i < 2000; ++i) {
-    auto populated = cg.populated();
-    if (!populated || !*populated) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cg.remove();
+  return sandbox::reap_now(sandbox::remains_of(cg, cg.name()), 10000);
 }
 
 }  // namespace
@@ -38,6 +33,7 @@ Status Runner::recover() {
   if (!state) return state.error();
   draining_ = state->draining;
   std::set<std::string> known_cgroups;
+  const std::vector<std::string> existing_cgroups = cgroups_->list();
   for (auto& pj : state->jobs) {
     if (!protocol::is_job_id(pj.job_id)) continue;
     if (pj.state == PersistedJob::State::kFinished && !pj.terminal_json.empty()) {
@@ -49,7 +45,7 @@ Status Runner::recover() {
       // "queued". If its cgroup exists (made just before the spawn) or its log has records, it
       // may have run: it is accounted for like a running one, never as "not started".
       const std::string cgroup = "job-" + pj.job_id;
-      const bool has_cgroup = static_cast<bool>(cgroups_->open(cgroup));
+      const bool has_cgroup = std::find(existing_cgroups.begin(), existing_cgroups.end(), cgroup) != existing_cgroups.end();
       auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes);
       if (has_cgroup || (log && log->last_seq() > 0)) {
         pj.state = PersistedJob::State::kRunning;
@@ -60,7 +56,7 @@ Status Runner::recover() {
     else recover_unfinished(pj, known_cgroups);
   }
   // Job cgroups that no record names (the runner died between creating one and saving state).
-  for (const auto& name : cgroups_->list()) {
+  for (const auto& name : existing_cgroups) {
     if (known_cgroups.count(name) || name.starts_with(helper_cgroup_prefix())) continue;  // this runner's helper
     if (auto cg = cgroups_->open(name)) {
       log_warning("removing the leftover cgroup {}", name);

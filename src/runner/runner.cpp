@@ -60,7 +60,7 @@ int64_t host_memory_bytes() {
 Runner::Runner(uv_loop_t* loop, config::Config config)
     : loop_(loop),
       config_(std::move(config)),
-      cgroup_retirement_(loop),
+      cgroup_reaper_(loop),
       stall_(loop),
       notifier_(loop),
       parser_(protocol::kMaxFrameBytes),
@@ -72,7 +72,7 @@ Runner::Runner(uv_loop_t* loop, config::Config config)
 Runner::~Runner() {
   // A clean shutdown: every job has ended and its cgroup is gone; the parent goes too (after a
   // kill -9 it stays, and the next start cleans what is under it).
-  cgroup_retirement_.remove_now();
+  cgroup_reaper_.reap_all_now();
   if (shutting_down_ && cgroups_) {
     if (auto s = cgroups_->remove_parent(); !s) log_warning("leaving the cgroup parent: {}", s.error().message);
   }
@@ -122,6 +122,7 @@ Status Runner::start() {
   auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
   if (!cgroups) return cgroups.error();
   cgroups_ = std::move(*cgroups);
+  cgroups_->set_reaper(&cgroup_reaper_);
   // Recovery kills and removes every job cgroup under the parent: never another runner's.
   auto cgroup_lock = lock_cgroup_parent("/sys/fs/cgroup", config_.cgroup_parent);
   if (!cgroup_lock) return cgroup_lock.error();
@@ -159,30 +160,36 @@ Status Runner::start() {
 
 Status Runner::start_timers_and_signals() {
   // Output histories past their age are deleted now and then (and once at start).
-  uv_timer_init(loop_, history_timer_.get());
-  history_timer_.initialized(this);
-  uv_timer_start(history_timer_.get(), [](uv_timer_t* h) {
-    if (auto* self = reactor::owner_of<Runner>(h)) self->expire_histories();
-  }, 0, std::min<uint64_t>(kHistorySweepMs, static_cast<uint64_t>(config_.job_log_max_age_s) * 1000 / 2 + 1));
+  if (auto s = reactor::uv_status(history_timer_.init(this, uv_timer_init, loop_), "the history timer"); !s) return s;
+  if (auto s = reactor::uv_status(uv_timer_start(history_timer_.get(), [](uv_timer_t* h) {
+        if (auto* self = reactor::owner_of<Runner>(h)) self->expire_histories();
+      }, 0, std::min<uint64_t>(kHistorySweepMs, static_cast<uint64_t>(config_.job_log_max_age_s) * 1000 / 2 + 1)),
+                                  "starting the history timer");
+      !s) {
+    return s;
+  }
   uv_unref(history_timer_.handle());
   if (!config_.metrics_file.empty()) {
-    uv_timer_init(loop_, metrics_timer_.get());
-    metrics_timer_.initialized(this);
-    uv_timer_start(metrics_timer_.get(), [](uv_timer_t* h) {
-      if (auto* self = reactor::owner_of<Runner>(h)) self->write_metrics();
-    }, 0, kMetricsEveryMs);
+    if (auto s = reactor::uv_status(metrics_timer_.init(this, uv_timer_init, loop_), "the metrics timer"); !s) return s;
+    if (auto s = reactor::uv_status(uv_timer_start(metrics_timer_.get(), [](uv_timer_t* h) {
+          if (auto* self = reactor::owner_of<Runner>(h)) self->write_metrics();
+        }, 0, kMetricsEveryMs), "starting the metrics timer");
+        !s) {
+      return s;
+    }
     uv_unref(metrics_timer_.handle());
   }
 
-  uv_check_init(loop_, saver_.get());
-  saver_.initialized(this);
+  if (auto s = reactor::uv_status(saver_.init(this, uv_check_init, loop_), "the state saver's check handle"); !s) return s;
 
   for (auto* sig : {&sigterm_, &sigint_}) {
-    uv_signal_init(loop_, sig->get());
-    sig->initialized(this);
-    uv_signal_start(sig->get(), [](uv_signal_t* h, int signum) {
-      if (auto* self = reactor::owner_of<Runner>(h)) self->begin_shutdown(signum);
-    }, sig == &sigterm_ ? SIGTERM : SIGINT);
+    if (auto s = reactor::uv_status(sig->init(this, uv_signal_init, loop_), "a signal handle"); !s) return s;
+    if (auto s = reactor::uv_status(uv_signal_start(sig->get(), [](uv_signal_t* h, int signum) {
+          if (auto* self = reactor::owner_of<Runner>(h)) self->begin_shutdown(signum);
+        }, sig == &sigterm_ ? SIGTERM : SIGINT), "taking SIGTERM and SIGINT");
+        !s) {
+      return s;
+    }
   }
   // SIGHUP (a reload by convention, sent by `systemctl reload` and by hangups) must not end the
   // runner and orphan its jobs: it is taken on the loop and reloads the config (runner_reload.cpp).
@@ -223,8 +230,7 @@ Status Runner::listen() {
     if (live) return make_error("config", "another runner is already listening on " + path);
     unlink(path.c_str());
   }
-  uv_pipe_init(loop_, listener_.get(), 0);
-  listener_.initialized(this);
+  if (auto s = reactor::uv_status(listener_.init(this, uv_pipe_init, loop_, 0), "the listening socket"); !s) return s;
   // Created 0660 from the start: no window in which anyone else could connect.
   const mode_t old_umask = umask(0117);
   const int rc = uv_pipe_bind(listener_.get(), path.c_str());

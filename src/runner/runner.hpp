@@ -19,7 +19,6 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
-#include "runner/cgroup_retirement.hpp"
 #include "config/config.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
@@ -35,6 +34,7 @@
 #include "runner/vm_host.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "workspace/workspaces.hpp"
 
 namespace motor::runner {
@@ -99,8 +99,8 @@ class Runner : public JobHost, private AdmissionHost {
   // The job starter could not start `job` (Job::start had succeeded): it ends as refused.
   void job_start_failed(Job& job, const std::string& detail) override;
   // A job cgroup that is still busy at the job's end: removed in the background.
-  void retire_cgroup(std::vector<std::string> dirs, std::string what) override {
-    cgroup_retirement_.retire(std::move(dirs), std::move(what));
+  void retire_cgroup(std::vector<std::string> dirs, std::string what) {
+    cgroup_reaper_.reap(sandbox::remains_of_dirs(std::move(dirs), std::move(what)));
   }
   void job_started(double start_latency_s) override { metrics_.observe_start_latency(start_latency_s); }
   void remove_history(const std::string& job_id);
@@ -195,7 +195,7 @@ class Runner : public JobHost, private AdmissionHost {
   std::string init_path_;  // motor-init on the host
   CpuClaims cpu_claims_ = CpuClaims::from_sysfs();
   std::unique_ptr<sandbox::CgroupDriver> cgroups_;
-  CgroupRetirement cgroup_retirement_;
+  sandbox::CgroupReaper cgroup_reaper_;  // every job cgroup ends through it (before jobs_: outlives them)
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
   simdjson::dom::parser parser_;

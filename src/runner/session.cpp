@@ -39,7 +39,10 @@ Session::Session(Runner& runner, size_t room_bytes) : runner_(runner), room_byte
 
 Session* Session::accept(Runner& runner, uv_stream_t* server) {
   auto* s = new Session(runner, static_cast<size_t>(runner.config().client_buffer_bytes));
-  uv_pipe_init(server->loop, &s->pipe_, 0);
+  if (uv_pipe_init(server->loop, &s->pipe_, 0) != 0) {  // nothing to close: the connection waits for the next accept
+    delete s;
+    return nullptr;
+  }
   s->pipe_.data = s;
   if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&s->pipe_)) != 0) {
     s->closing_ = true;

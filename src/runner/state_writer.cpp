@@ -52,8 +52,7 @@ StateWriter::~StateWriter() {
 Status StateWriter::start(uv_loop_t* loop, std::string state_dir) {
   loop_ = loop;
   state_dir_ = std::move(state_dir);
-  uv_timer_init(loop_, retry_timer_.get());
-  retry_timer_.initialized(this);
+  if (auto s = reactor::uv_status(retry_timer_.init(this, uv_timer_init, loop_), "the state writer's retry timer"); !s) return s;
   return start_helper();
 }
 

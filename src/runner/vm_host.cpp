@@ -67,7 +67,7 @@ VmHost::~VmHost() {
   }
   // The runner is stopping and its VM jobs have ended: the VMs' pids cgroup parent goes too when
   // it is empty (jobs create it on demand; rmdir never removes one in use).
-  retirement_.remove_now();
+  retirement_.reap_all_now();
   rmdir(("/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm").c_str());
 }
 
@@ -177,7 +177,7 @@ void VmHost::recover_leftovers() {
                                         if (!r) log_warning("destroying domain {}{}: {}", kDomainPrefix, name, r.error().message);
                                         // QEMU may still be exiting: a busy cgroup is removed in the background.
                                         const std::string pids = "/sys/fs/cgroup/pids/" + config_.cgroup_parent + "-vm/" + name;
-                                        if (!vm::remove_pids_cgroup(pids)) retirement_.retire({pids}, "VM job " + name);
+                                        retirement_.reap(sandbox::remains_of_dirs({pids}, "VM job " + name));
                                         recovery_.erase(name);  // destroys this call: nothing runs after it
                                       });
     if (call) recovery_[name] = std::move(*call);

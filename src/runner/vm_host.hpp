@@ -14,7 +14,7 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "runner/cgroup_retirement.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "runner/cpu_claims.hpp"
 #include "sandbox/accounts.hpp"
 #include "vm/helper_call.hpp"
@@ -50,7 +50,7 @@ class VmHost {
 
   uv_loop_t* loop_;
   config::Config config_;
-  CgroupRetirement retirement_;  // pids cgroups of an earlier runner's VMs that were still busy
+  sandbox::CgroupReaper retirement_;  // pids cgroups of an earlier runner's VMs that were still busy
   std::optional<std::string> unavailable_;
   bool emulated_ = false;
   sandbox::Account qemu_account_;

@@ -51,7 +51,7 @@ Status Runner::start_workspaces() {
     limits.pids_max = config_.pids_max;
     auto cg = cgroups_->create(fmt::format("{}{}", helper_cgroup_prefix(), ++counter), limits);
     if (!cg) return cg.error();
-    return (*cg)->directories();
+    return (*cg)->disown();  // released by its directories (release_helper_cgroup)
   };
   ws.release_helper_cgroup = [this](std::vector<std::string> dirs) { retire_cgroup(std::move(dirs), "a workspace helper"); };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {

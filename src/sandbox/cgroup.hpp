@@ -15,12 +15,17 @@
 
 namespace motor::sandbox {
 
+class CgroupReaper;
+
 struct CgroupLimits {
   int64_t memory_bytes = 0;  // 0 = no limit
   int64_t pids_max = 0;      // 0 = no limit
   std::string cpus;          // cpuset list ("0-1"); empty = inherit parent
 };
 
+// Owns the cgroup it names (RAII): destroying a JobCgroup kills what is left in it and removes
+// it, at once when it is empty, else through the driver's CgroupReaper (cgroup_reaper.hpp) on the
+// loop; without a reaper what is still busy is logged and left to the next start's recovery.
 class JobCgroup {
  public:
   virtual ~JobCgroup() = default;
@@ -47,16 +52,38 @@ class JobCgroup {
   // A live watcher of OOM kills (oom_watch.hpp): v1 eventfd on memory.oom_control, v2 inotify
   // on memory.events. Close it before remove() (v1 signals it when the cgroup goes).
   virtual Expected<OomWatch> watch_oom() = 0;
-  // Removes the cgroup directories; fails (EBUSY) if processes remain.
+  // Removes the cgroup directories now; fails (EBUSY) if processes remain (the destructor then
+  // still reaps it).
   virtual Status remove() = 0;
   // The job's directory in each hierarchy used (v1 controllers, then the unified one), for
   // logs and for tests that check the limit files.
   virtual std::vector<std::string> directories() const = 0;
+
+  // Gives up ownership: the destructor leaves the cgroup as it is. For a handle that only passes
+  // the directories on (a workspace helper's cgroup, handed back to the reaper by its directories)
+  // and for tests that play a runner which died.
+  std::vector<std::string> disown() {
+    owned_ = false;
+    return directories();
+  }
+
+ protected:
+  // The concrete cgroups' destructors call this (the virtual functions still reach them there).
+  void release();
+
+ private:
+  friend class CgroupDriver;
+  CgroupReaper* reaper_ = nullptr;
+  bool owned_ = true;
 };
 
 class CgroupDriver {
  public:
   virtual ~CgroupDriver() = default;
+  // Cgroups made or opened from now on end through `reaper` (which must outlive them) when
+  // they are destroyed still busy.
+  void set_reaper(CgroupReaper* reaper) { reaper_ = reaper; }
+  CgroupReaper* reaper() const { return reaper_; }
   // "v2", "v1" or "hybrid" (v1 controllers, v2 for kill/events), for logs and status.
   virtual std::string layout() const = 0;
   // Creates <parent>/<name> in every hierarchy used, with limits applied.
@@ -68,6 +95,16 @@ class CgroupDriver {
   // Removes our parent cgroup from every hierarchy (the runner's clean shutdown). Fails, and
   // leaves it, while a cgroup is still under it (rmdir says EBUSY): nothing is killed here.
   virtual Status remove_parent() = 0;
+
+ protected:
+  // Every JobCgroup a driver hands out passes through here.
+  std::unique_ptr<JobCgroup> owned(std::unique_ptr<JobCgroup> cgroup) const {
+    cgroup->reaper_ = reaper_;
+    return cgroup;
+  }
+
+ private:
+  CgroupReaper* reaper_ = nullptr;
 };
 
 enum class CgroupPreference { kAuto, kV2, kV1 };

@@ -47,6 +47,7 @@ class V1Job final : public JobCgroup {
         attach_(std::move(attach)) {
     for (const auto& fd : attach_) attach_raw_.push_back(fd.get());
   }
+  ~V1Job() override { release(); }
 
   const std::string& name() const override { return name_; }
   int clone_into_fd() const override { return unified_fd_.get(); }
@@ -219,8 +220,8 @@ class V1Driver final : public CgroupDriver {
       unified_fd = std::move(*fd);
     }
     rollback.keep = true;
-    return std::unique_ptr<JobCgroup>(std::make_unique<V1Job>(name, std::move(dirs), roles_, std::move(unified_dir),
-                                                              std::move(unified_fd), std::move(attach)));
+    return owned(std::make_unique<V1Job>(name, std::move(dirs), roles_, std::move(unified_dir), std::move(unified_fd),
+                                         std::move(attach)));
   }
 
   Expected<std::unique_ptr<JobCgroup>> open(const std::string& name) override {
@@ -252,8 +253,8 @@ class V1Driver final : public CgroupDriver {
     if (!found)
       return make_error("io", "no job cgroup '" + name + "' under " + parent_dirs_.front() + ": " +
                                   std::strerror(ENOENT));
-    return std::unique_ptr<JobCgroup>(std::make_unique<V1Job>(name, std::move(dirs), roles_, std::move(unified_dir),
-                                                              std::move(unified_fd), std::move(attach)));
+    return owned(std::make_unique<V1Job>(name, std::move(dirs), roles_, std::move(unified_dir), std::move(unified_fd),
+                                         std::move(attach)));
   }
 
   std::vector<std::string> list() const override {

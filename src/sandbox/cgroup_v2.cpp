@@ -20,6 +20,7 @@ class V2Job final : public JobCgroup {
  public:
   V2Job(std::string name, std::string dir, UniqueFd dirfd)
       : name_(std::move(name)), dir_(std::move(dir)), dirfd_(std::move(dirfd)) {}
+  ~V2Job() override { release(); }
 
   const std::string& name() const override { return name_; }
   int clone_into_fd() const override { return dirfd_.get(); }
@@ -104,7 +105,7 @@ class V2Driver final : public CgroupDriver {
     auto st = apply_limits(dir, limits);
     if (st) {
       auto fd = open_dir(dir);
-      if (fd) return std::unique_ptr<JobCgroup>(std::make_unique<V2Job>(name, dir, std::move(*fd)));
+      if (fd) return owned(std::make_unique<V2Job>(name, dir, std::move(*fd)));
       st = fd.error();
     }
     (void)remove_dir(dir);  // we made it a moment ago and nothing runs in it
@@ -116,7 +117,7 @@ class V2Driver final : public CgroupDriver {
     const std::string dir = parent_dir_ + "/" + name;
     auto fd = open_dir(dir);
     if (!fd) return fd.error();
-    return std::unique_ptr<JobCgroup>(std::make_unique<V2Job>(name, dir, std::move(*fd)));
+    return owned(std::make_unique<V2Job>(name, dir, std::move(*fd)));
   }
 
   std::vector<std::string> list() const override { return list_subdirs(parent_dir_); }

@@ -28,16 +28,12 @@ Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& c
   if (!cg) return cg.error();
   ConfinedChild out;
   out.cgroup = std::move(*cg);
-  auto fail = [&](Error e) -> Error {
-    (void)out.cgroup->kill_all();
-    (void)out.cgroup->remove();
-    return e;
-  };
+  // From here on an error return removes the cgroup again (out.cgroup's destructor).
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  if (pipe2(fds, O_CLOEXEC) < 0) return sys_error("pipe2");
   UniqueFd out_read(fds[0]), out_write(fds[1]);
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) return fail(sys_error("opening /dev/null"));
+  if (!dev_null) return sys_error("opening /dev/null");
 
   sandbox::SpawnSpec s;
   s.executable = sandbox::kSandboxInitPath;
@@ -52,26 +48,14 @@ Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& c
   s.cgroup = out.cgroup.get();
   s.hooks = &hooks;
   auto spawned = sandbox::spawn_job(s);
-  if (!spawned) return fail(spawned.error());
+  if (!spawned) return spawned.error();
   out_write.reset();
   out.setup_status = std::move(spawned->setup_status);
   auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
                                             cmd.timeout_ms, cmd.max_output_bytes, std::move(done));
-  if (!child) return fail(child.error());
+  if (!child) return child.error();
   out.child = std::move(*child);
   return out;
-}
-
-void kill_and_remove(std::unique_ptr<sandbox::JobCgroup>& cgroup, int wait_ms) {
-  if (!cgroup) return;
-  (void)cgroup->kill_all();
-  for (int i = 0; i < wait_ms; ++i) {
-    auto populated = cgroup->populated();
-    if (!populated || !*populated) break;
-    usleep(1000);
-  }
-  (void)cgroup->remove();
-  cgroup.reset();
 }
 
 std::string read_setup_failure(UniqueFd& setup_status) {

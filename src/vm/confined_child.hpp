@@ -31,6 +31,8 @@ struct ConfinedCommand {
 };
 
 struct ConfinedChild {
+  // Resetting it kills what is left of the command and removes the cgroup (on the runner's
+  // CgroupReaper while it is busy: sandbox/cgroup_reaper.hpp).
   std::unique_ptr<sandbox::JobCgroup> cgroup;
   UniqueFd setup_status;  // the sandbox's setup-status pipe: its text explains a setup failure
   std::unique_ptr<reactor::ChildProcess> child;
@@ -45,11 +47,6 @@ sandbox::SandboxConfig confined_box(const sandbox::Account& account, const std::
 // left (the cgroup is removed again).
 Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const sandbox::SandboxPlan& plan,
                                        const ConfinedCommand& cmd, reactor::ChildProcess::Done done);
-
-// Kills everything in `cgroup`, waits up to `wait_ms` for it to empty, removes it and resets it.
-// A cgroup still busy then stays for the runner's recovery at its next start, which removes every
-// cgroup below its parent that no running job names.
-void kill_and_remove(std::unique_ptr<sandbox::JobCgroup>& cgroup, int wait_ms);
 
 // Reads what the setup-status pipe holds (a failed sandbox step, written before exec), without
 // blocking, and closes it.

@@ -57,10 +57,9 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
 }
 
 DiskTool::~DiskTool() {
-  // The tool is killed (a job cancelled while its disks were made); its cgroup empties within
-  // a few ms, waited for at most 20 ms here (it is named in state.json for a later recovery).
-  // The child is reaped on the loop.
-  kill_and_remove(cgroup_, 20);
+  // The tool is killed (a job cancelled while its disks were made) and its cgroup removed, by
+  // the reaper once it is empty. The child is reaped on the loop.
+  cgroup_.reset();
   child_.reset();
 }
 
@@ -69,11 +68,8 @@ void DiskTool::exited(reactor::ChildExit exit) {
   // already written: read without blocking.
   std::string text = std::move(exit.out);
   if (const std::string setup = read_setup_failure(setup_status_); !setup.empty()) text.insert(0, setup + "\n");
-  // motor-init was PID 1 of the tool's namespace: everything else in it is being killed.
-  for (int i = 0; i < 50 && !cgroup_->remove().ok(); ++i) {
-    (void)cgroup_->kill_all();
-    usleep(1000);
-  }
+  // motor-init was PID 1 of the tool's namespace: everything else in it is being killed, and
+  // the cgroup goes once it is empty.
   cgroup_.reset();
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   Done done = std::move(done_);

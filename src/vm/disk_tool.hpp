@@ -49,7 +49,6 @@ class DiskTool {
  private:
   DiskTool() = default;
   void exited(reactor::ChildExit exit);
-  void remove_cgroup();
 
   std::string what_;
   std::unique_ptr<sandbox::JobCgroup> cgroup_;

@@ -125,8 +125,9 @@ void PrepStep::stop() {
   child_.reset();  // reaped on the loop
 }
 
-// The cgroup holds everything the command started, also what left motor-init's PID namespace.
-void PrepStep::remove_cgroup() { kill_and_remove(cgroup_, 50); }
+// The cgroup holds everything the command started, also what left motor-init's PID namespace:
+// killed now, removed once empty (sandbox/cgroup_reaper.hpp).
+void PrepStep::remove_cgroup() { cgroup_.reset(); }
 
 void PrepStep::exited(reactor::ChildExit exit) {
   const std::string setup_failure = read_setup_failure(setup_status_);

@@ -24,6 +24,13 @@
 namespace motor::vm {
 namespace {
 
+// Undoes the pids cgroup made a moment ago when QEMU could not be put into it (it holds nothing).
+Status remove_new_pids_cgroup(const std::string& dir) {
+  if (dir.empty()) return {};
+  if (rmdir(dir.c_str()) < 0 && errno != ENOENT) return sys_error("removing " + dir);
+  return {};
+}
+
 Expected<std::string> slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("vm", "cannot read " + path + ": " + std::strerror(errno));
@@ -174,11 +181,11 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
     if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
     if (mkdir(c.pids_cgroup_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + c.pids_cgroup_dir);
     if (auto s = write_text(c.pids_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
-      (void)remove_pids_cgroup(c.pids_cgroup_dir);
+      (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
       return make_error("vm", "cannot set QEMU's pids limit: " + s.error().message);
     }
     if (auto s = write_text(c.pids_cgroup_dir + "/cgroup.procs", std::to_string(spec.pid)); !s) {
-      (void)remove_pids_cgroup(c.pids_cgroup_dir);
+      (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
       return make_error("vm", "cannot put QEMU into its pids cgroup: " + s.error().message);
     }
   } else {
@@ -195,12 +202,6 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
     return sys_error("giving QEMU a core-scheduling cookie");
   }
   return c;
-}
-
-Status remove_pids_cgroup(const std::string& dir) {
-  if (dir.empty()) return {};
-  if (rmdir(dir.c_str()) < 0 && errno != ENOENT) return sys_error("removing " + dir);
-  return {};
 }
 
 }  // namespace motor::vm

@@ -31,7 +31,7 @@ struct QemuConfinementSpec {
 };
 
 struct QemuConfinement {
-  std::string pids_cgroup_dir;  // created here; remove_pids_cgroup() once QEMU is gone
+  std::string pids_cgroup_dir;  // created here; the VM job reaps it (sandbox/cgroup_reaper.hpp) once QEMU is gone
   std::string memory_cgroup_dir;
   bool core_scheduling = false;  // false: the kernel has no PR_SCHED_CORE (the gate reports it)
   std::vector<std::string> interfaces;
@@ -47,8 +47,6 @@ std::vector<std::string> parse_net_dev_interfaces(const std::string& net_dev);
 std::string cgroup_path_of(const std::string& proc_cgroup, const std::string& controller);
 
 Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec);
-// Removes the pids cgroup (QEMU must have exited); never touches libvirt's own cgroups.
-Status remove_pids_cgroup(const std::string& dir);
 
 // Whether this kernel offers core scheduling (PR_SCHED_CORE), for the gate.
 bool core_scheduling_available();

@@ -11,10 +11,13 @@ QgaClient::~QgaClient() {
 
 void QgaClient::connect(const std::string& socket_path, std::function<void(Status)> done) {
   connect_done_ = std::move(done);
-  uv_pipe_init(loop_, pipe_.get(), 0);
-  pipe_.initialized(this);
-  uv_timer_init(loop_, timer_.get());
-  timer_.initialized(this);
+  int rc = pipe_.init(this, uv_pipe_init, loop_, 0);
+  if (rc == 0) rc = timer_.init(this, uv_timer_init, loop_);
+  if (auto s = reactor::uv_status(rc, "the guest agent's pipe"); !s) {
+    broken_ = true;
+    auto failed = std::move(connect_done_);
+    return failed(s);
+  }
   connect_req_.data = this;
   uv_pipe_connect(&connect_req_, pipe_.get(), socket_path.c_str(), [](uv_connect_t* req, int status) {
     // The pipe's data pointer is cleared when the client is destroyed first.
@@ -26,7 +29,7 @@ void QgaClient::connect(const std::string& socket_path, std::function<void(Statu
       if (connected) connected(make_error("vm", std::string("cannot connect to the guest agent's socket: ") + uv_strerror(status)));
       return;
     }
-    uv_read_start(
+    const int read_rc = uv_read_start(
         self->pipe_.stream(),
         [](uv_handle_t* h, size_t, uv_buf_t* b) {
           auto* s = static_cast<QgaClient*>(h->data);
@@ -35,7 +38,8 @@ void QgaClient::connect(const std::string& socket_path, std::function<void(Statu
         [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
           if (auto* s = static_cast<QgaClient*>(st->data)) s->on_read(n, b);
         });
-    if (connected) connected(Status{});
+    if (read_rc != 0) self->broken_ = true;
+    if (connected) connected(reactor::uv_status(read_rc, "reading the guest agent's socket"));
   });
 }
 
@@ -72,14 +76,15 @@ void QgaClient::request(std::string line, uint64_t timeout_ms, Reply reply) {
   w->data = std::move(line);
   w->req.data = w;
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-  if (int rc = uv_write(&w->req, pipe_.stream(), &b, 1, [](uv_write_t* req, int) { delete static_cast<Write*>(req->data); });
-      rc != 0) {
+  int rc = uv_write(&w->req, pipe_.stream(), &b, 1, [](uv_write_t* req, int) { delete static_cast<Write*>(req->data); });
+  if (rc != 0) {
     delete w;
     return fail(make_error("guest_agent", std::string("writing to the guest agent: ") + uv_strerror(rc)));
   }
-  uv_timer_start(timer_.get(), [](uv_timer_t* t) {
+  rc = uv_timer_start(timer_.get(), [](uv_timer_t* t) {
     if (auto* self = reactor::owner_of<QgaClient>(t)) self->fail(make_error("guest_agent", "the guest agent did not answer in time"));
   }, timeout_ms, 0);
+  if (auto s = reactor::uv_status(rc, "the guest agent's reply timer"); !s) fail(s.error());
 }
 
 void QgaClient::sync(uint64_t timeout_ms, std::function<void(Status)> done) {

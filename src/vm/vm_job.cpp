@@ -12,7 +12,9 @@
 #include <fstream>
 
 #include "motor/sys_error.hpp"
+#include "reactor/run_soon.hpp"
 #include "reactor/slow_call.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "vm/domain_xml.hpp"
 #include "vm/guest_file_read.hpp"
 
@@ -221,11 +223,16 @@ void VmJob::on_created(Expected<std::string> pid_text) {
     const int fd = static_cast<int>(syscall(SYS_pidfd_open, qemu_pid_, 0));
     if (fd >= 0) {
       qemu_pidfd_ = UniqueFd(fd);
-      uv_poll_init(loop_, qemu_poll_.get(), fd);
-      qemu_poll_.initialized(this);
-      uv_poll_start(qemu_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-        if (auto* self = reactor::owner_of<VmJob>(h)) self->on_qemu_exit();
-      });
+      int rc = qemu_poll_.init(this, uv_poll_init, loop_, fd);
+      if (rc == 0) {
+        rc = uv_poll_start(qemu_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+          if (auto* self = reactor::owner_of<VmJob>(h)) self->on_qemu_exit();
+        });
+      }
+      if (rc != 0) {  // unwatched, QEMU's exit would go unseen: refused below
+        qemu_poll_.close();
+        qemu_pidfd_.reset();
+      }
     }
   }
   if (stopping()) return teardown();
@@ -301,11 +308,10 @@ void VmJob::exec_command() {
     guest_pid_ = *pid;
     phase_ = Phase::kRunning;
     sink_.vm_command_started();
-    uv_timer_init(loop_, tick_timer_.get());
-    tick_timer_.initialized(this);
-    uv_timer_start(tick_timer_.get(), [](uv_timer_t* t) {
-      if (auto* self = reactor::owner_of<VmJob>(t)) self->tick();
-    }, spec_.poll_ms, 0);
+    if (auto s = reactor::uv_status(tick_timer_.init(this, uv_timer_init, loop_), "the VM job's poll timer"); !s) {
+      return end(VmOutcome::Kind::kFailed, 0, s.error().message);
+    }
+    arm_tick(spec_.poll_ms);
   });
 }
 
@@ -343,12 +349,15 @@ void VmJob::read_stream(int i, std::function<void()> next) {
                   });
 }
 
+void VmJob::arm_tick(uint64_t ms) {
+  const int rc = uv_timer_start(tick_timer_.get(), [](uv_timer_t* t) {
+    if (auto* self = reactor::owner_of<VmJob>(t)) self->tick();
+  }, ms, 0);
+  if (auto s = reactor::uv_status(rc, "arming the VM job's poll timer"); !s) end(VmOutcome::Kind::kFailed, 0, s.error().message);
+}
+
 void VmJob::check_status() {
-  auto rearm = [this](uint64_t ms) {
-    uv_timer_start(tick_timer_.get(), [](uv_timer_t* t) {
-      if (auto* self = reactor::owner_of<VmJob>(t)) self->tick();
-    }, ms, 0);
-  };
+  auto rearm = [this](uint64_t ms) { arm_tick(ms); };
   if (exited_) {
     // The command is gone: read on until both files are drained, then report.
     if ((eof_[0] && eof_[1]) || truncated_) {
@@ -443,29 +452,18 @@ void VmJob::teardown() {
   t_phase_ = uv_hrtime();
   tick_timer_.close();
   // Deferred: teardown may run inside a callback of one of these.
-  auto* agent = agent_.release();
-  auto* tool = disk_tool_.release();
-  auto* helper = helper_.release();
   if (prep_) prep_->stop();  // its processes are gone before the job's terminal record
-  auto* prep = prep_.release();
-  uv_timer_t* t = new uv_timer_t;
-  uv_timer_init(loop_, t);
   struct Doomed {
-    QgaClient* agent;
-    DiskTool* tool;
-    HelperCall* helper;
-    PrepStep* prep;
+    std::unique_ptr<QgaClient> agent;
+    std::unique_ptr<DiskTool> tool;
+    std::unique_ptr<HelperCall> helper;
+    std::unique_ptr<PrepStep> prep;
   };
-  t->data = new Doomed{agent, tool, helper, prep};
-  uv_timer_start(t, [](uv_timer_t* h) {
-    auto* d = static_cast<Doomed*>(h->data);
-    delete d->agent;
-    delete d->tool;
-    delete d->helper;
-    delete d->prep;
-    delete d;
-    uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* hh) { delete reinterpret_cast<uv_timer_t*>(hh); });
-  }, 0, 0);
+  auto doomed = std::make_shared<Doomed>(Doomed{std::move(agent_), std::move(disk_tool_), std::move(helper_), std::move(prep_)});
+  if (auto s = reactor::run_soon(loop_, [doomed] { *doomed = Doomed{}; }); !s) {
+    sink_.vm_log(s.error().message + "; the VM job's helpers are freed at the runner's exit");
+    new std::shared_ptr<Doomed>(std::move(doomed));  // never freed inside the callback that runs this
+  }
   if (!domain_may_exist) return cleanup();
   auto call = HelperCall::start(loop_, spec_.helper_path, {"destroy", spec_.libvirt_uri, spec_.domain_name, spec_.work_dir}, 120000,
                                 [this](Expected<std::string> r) { destroyed(r ? Status{} : Status(r.error())); });
@@ -478,14 +476,19 @@ void VmJob::destroyed(Status s) {
   if (!s) sink_.vm_log("destroying the domain: " + s.error().message);
   if (!qemu_pidfd_ || qemu_gone_) return cleanup();
   if (!s) syscall(SYS_pidfd_send_signal, qemu_pidfd_.get(), SIGKILL, nullptr, 0);
-  uv_timer_init(loop_, exit_wait_timer_.get());
-  exit_wait_timer_.initialized(this);
-  uv_timer_start(exit_wait_timer_.get(), [](uv_timer_t* t) {
-    auto* self = reactor::owner_of<VmJob>(t);
-    if (!self || self->qemu_gone_) return;
-    self->sink_.vm_log("QEMU outlived the domain's destroy; killing it");
-    syscall(SYS_pidfd_send_signal, self->qemu_pidfd_.get(), SIGKILL, nullptr, 0);
-  }, kQemuExitWaitMs, kQemuExitWaitMs);
+  int rc = exit_wait_timer_.init(this, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(exit_wait_timer_.get(), [](uv_timer_t* t) {
+      auto* self = reactor::owner_of<VmJob>(t);
+      if (!self || self->qemu_gone_) return;
+      self->sink_.vm_log("QEMU outlived the domain's destroy; killing it");
+      syscall(SYS_pidfd_send_signal, self->qemu_pidfd_.get(), SIGKILL, nullptr, 0);
+    }, kQemuExitWaitMs, kQemuExitWaitMs);
+  }
+  if (auto st = reactor::uv_status(rc, "the timer that waits for QEMU's exit"); !st) {
+    sink_.vm_log(st.error().message + "; killing QEMU now");
+    syscall(SYS_pidfd_send_signal, qemu_pidfd_.get(), SIGKILL, nullptr, 0);
+  }
 }
 
 void VmJob::on_qemu_exit() {
@@ -505,7 +508,9 @@ void VmJob::cleanup() {
   exit_wait_timer_.close();
   qemu_poll_.close();
   qemu_pidfd_.reset();
-  if (auto s = remove_pids_cgroup(confinement_.pids_cgroup_dir); !s) sink_.vm_log(s.error().message);
+  if (!confinement_.pids_cgroup_dir.empty()) {
+    sandbox::reap_or_leave(cgroups_.reaper(), sandbox::remains_of_dirs({confinement_.pids_cgroup_dir}, "VM job " + spec_.job_id));
+  }
   if (auto s = remove_prep_result(); !s) sink_.vm_log(s.error().message);
   // Normally motor-vm-helper deleted the directory after the destroy; what is left here (a job
   // that ended before its domain existed, a failed destroy) is small.

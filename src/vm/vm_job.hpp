@@ -167,6 +167,7 @@ class VmJob {
   UniqueFd qemu_pidfd_;
   reactor::UvHandle<uv_poll_t> qemu_poll_;
   reactor::UvHandle<uv_timer_t> tick_timer_;
+  void arm_tick(uint64_t ms);
   reactor::UvHandle<uv_timer_t> exit_wait_timer_;
   bool qemu_gone_ = false;
   bool destroy_done_ = false;

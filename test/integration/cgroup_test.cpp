@@ -428,7 +428,8 @@ TEST_P(CgroupJobTest, ReopenAfterRestartKillsAndRemoves) {
   auto pids = read_pids(report[0], 4, 5000ms);
   ::close(report[0]);
   ASSERT_EQ(pids.size(), 4u);
-  made->reset();  // the "runner" goes away; the cgroup and its processes stay
+  (void)(*made)->disown();
+  made->reset();  // the "runner" dies; the cgroup and its processes stay
 
   auto again = detect_cgroups(parent_, GetParam());
   ASSERT_TRUE(again.ok()) << again.error().message;
