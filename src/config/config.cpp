@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "motor/unique_fd.hpp"
 #include "protocol/size.hpp"
@@ -106,77 +107,71 @@ Expected<int64_t> parse_size(std::string_view text) {
   return size;
 }
 
-Expected<Config> parse_config(std::string_view text, std::string_view origin) {
-  const std::string where =
-      (origin.empty() || origin == "config") ? "config" : "config " + std::string(origin);
-  auto fail = [&](std::size_t line, std::string_view key, const std::string& msg) {
+namespace {
+
+// One parse: the config so far, the line each key was set on, and how errors name the file.
+struct ConfigParse {
+  std::string where;
+  Config config;
+  std::map<std::string_view, std::size_t> seen;  // key -> line it was set on
+
+  Error fail(std::size_t line, std::string_view key, const std::string& msg) const {
     std::string m = where + " line " + std::to_string(line) + ": ";
     if (!key.empty()) m += std::string(key) + ": ";
     return Error{"config", m + msg};
-  };
-
-  if (text.size() > kMaxConfigBytes) {
-    return Error{"config", where + ": larger than " + std::to_string(kMaxConfigBytes) +
-                               " bytes; is this really a config file?"};
   }
-
-  Config config;
-  std::map<std::string_view, std::size_t> seen;  // key -> line it was set on
-  std::size_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (eol == text.size() && line.empty()) break;
-
-    if (line.find('\0') != std::string_view::npos) {
-      return fail(line_no, "", "contains a NUL byte");
-    }
-    std::string_view body = trim(line);
-    if (body.empty() || body.front() == '#') continue;
-
-    std::size_t eq = body.find('=');
-    if (eq == std::string_view::npos) {
-      return fail(line_no, "", "expected `key = value`, got " + shown(body));
-    }
-    std::string_view key = trim(body.substr(0, eq));
-    std::string_view raw = body.substr(eq + 1);
-    if (!valid_key_syntax(key)) {
-      return fail(line_no, "",
-                  "expected a key name (lower-case letters, digits, '_') before '=', got " +
-                      shown(key));
-    }
-    const KeySpec* spec = find_config_key(key);
-    if (spec == nullptr) return fail(line_no, key, unknown_key_message(key));
-    auto [it, inserted] = seen.emplace(spec->name, line_no);
-    if (!inserted) {
-      return fail(line_no, key,
-                  "set twice (first on line " + std::to_string(it->second) +
-                      "); keep one of them");
-    }
-
-    Value value;
-    auto lex_error = spec->list ? lex_list(raw, value) : lex_scalar(raw, value);
-    if (lex_error) return fail(line_no, key, *lex_error);
-    if (auto err = spec->apply(config, value)) return fail(line_no, key, *err);
-  }
-
-  // Checks across keys: reported on the later of the two lines (the one that made it wrong).
-  auto line_of = [&](std::string_view key) {
+  std::size_t line_of(std::string_view key) const {
     auto it = seen.find(key);
     return it == seen.end() ? std::size_t{0} : it->second;
-  };
+  }
+};
+
+// One line of the file: blank, a comment or `key = value`.
+std::optional<Error> parse_line(ConfigParse& parse, std::size_t line_no, std::string_view line) {
+  if (line.find('\0') != std::string_view::npos) {
+    return parse.fail(line_no, "", "contains a NUL byte");
+  }
+  std::string_view body = trim(line);
+  if (body.empty() || body.front() == '#') return std::nullopt;
+
+  std::size_t eq = body.find('=');
+  if (eq == std::string_view::npos) {
+    return parse.fail(line_no, "", "expected `key = value`, got " + shown(body));
+  }
+  std::string_view key = trim(body.substr(0, eq));
+  std::string_view raw = body.substr(eq + 1);
+  if (!valid_key_syntax(key)) {
+    return parse.fail(line_no, "",
+                      "expected a key name (lower-case letters, digits, '_') before '=', got " +
+                          shown(key));
+  }
+  const KeySpec* spec = find_config_key(key);
+  if (spec == nullptr) return parse.fail(line_no, key, unknown_key_message(key));
+  auto [it, inserted] = parse.seen.emplace(spec->name, line_no);
+  if (!inserted) {
+    return parse.fail(line_no, key,
+                      "set twice (first on line " + std::to_string(it->second) +
+                          "); keep one of them");
+  }
+
+  Value value;
+  auto lex_error = spec->list ? lex_list(raw, value) : lex_scalar(raw, value);
+  if (lex_error) return parse.fail(line_no, key, *lex_error);
+  if (auto err = spec->apply(parse.config, value)) return parse.fail(line_no, key, *err);
+  return std::nullopt;
+}
+
+// Checks across keys: reported on the later of the two lines (the one that made it wrong).
+std::optional<Error> check_across_keys(const ConfigParse& parse) {
+  const Config& config = parse.config;
   auto cross = [&](std::string_view low_key, std::string_view high_key, const std::string& low,
                    const std::string& high) {
-    std::size_t low_line = line_of(low_key);
-    std::size_t high_line = line_of(high_key);
+    std::size_t low_line = parse.line_of(low_key);
+    std::size_t high_line = parse.line_of(high_key);
     std::string_view key = low_line >= high_line ? low_key : high_key;
-    return fail(std::max(low_line, high_line), key,
-                std::string(low_key) + " (" + low + ") is more than " + std::string(high_key) +
-                    " (" + high + ")");
+    return parse.fail(std::max(low_line, high_line), key,
+                      std::string(low_key) + " (" + low + ") is more than " +
+                          std::string(high_key) + " (" + high + ")");
   };
   if (config.default_timeout_s > config.max_timeout_s) {
     return cross("default_timeout_s", "max_timeout_s", std::to_string(config.default_timeout_s),
@@ -187,10 +182,35 @@ Expected<Config> parse_config(std::string_view text, std::string_view origin) {
                  size_name(config.max_memory_bytes));
   }
   if (config.vm_accelerator == vm::Accelerator::kTcg && !config.allow_emulation) {
-    return fail(std::max(line_of("vm_accelerator"), line_of("allow_emulation")), "vm_accelerator",
-                "tcg is emulation, which allow_emulation (false) refuses: set allow_emulation = true");
+    return parse.fail(std::max(parse.line_of("vm_accelerator"), parse.line_of("allow_emulation")),
+                      "vm_accelerator",
+                      "tcg is emulation, which allow_emulation (false) refuses: set allow_emulation = true");
   }
-  return config;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Expected<Config> parse_config(std::string_view text, std::string_view origin) {
+  ConfigParse parse;
+  parse.where = (origin.empty() || origin == "config") ? "config" : "config " + std::string(origin);
+  if (text.size() > kMaxConfigBytes) {
+    return Error{"config", parse.where + ": larger than " + std::to_string(kMaxConfigBytes) +
+                               " bytes; is this really a config file?"};
+  }
+  std::size_t line_no = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (eol == text.size() && line.empty()) break;
+    if (auto err = parse_line(parse, line_no, line)) return std::move(*err);
+  }
+  if (auto err = check_across_keys(parse)) return std::move(*err);
+  return std::move(parse.config);
 }
 
 Expected<Config> load_config_file(const std::string& path) {
@@ -240,7 +260,7 @@ Expected<Config> load_runner_config(const std::optional<std::string>& path, std:
     origin = fallback;
     return load_config_file(fallback);
   }
-  origin = "embedded default config";
+  origin = kEmbeddedConfigOrigin;
   return parse_config(default_config_text(), origin);
 }
 

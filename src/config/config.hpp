@@ -162,7 +162,9 @@ Expected<Config> parse_config(std::string_view text, std::string_view origin = "
 Expected<Config> load_config_file(const std::string& path);
 
 // The runner's config: `path` when given (missing is an error), else kDefaultConfigPath when it
-// exists, else the embedded defaults. `origin` is set to what was read.
+// exists, else the embedded defaults. `origin` is set to what was read: the path, or
+// kEmbeddedConfigOrigin.
+inline constexpr std::string_view kEmbeddedConfigOrigin = "embedded default config";
 Expected<Config> load_runner_config(const std::optional<std::string>& path, std::string& origin);
 
 // SIGHUP: copies the keys that may change while running (Reload::kLive) from `next` into `live`.

@@ -89,7 +89,7 @@ std::string take_test_flag(const std::string& arg) {
 // `gate`: the attacks named by --attack (comma lists, repeatable), all when none.
 int run_gate_verb(const motor::cli::ParsedCommand& cmd, const motor::config::Config& config, const std::string& origin) {
   motor::gate::GateOptions gate;
-  if (origin != "embedded default config") gate.config_path = origin;
+  if (origin != motor::config::kEmbeddedConfigOrigin) gate.config_path = origin;
   if (const std::string* dir = cmd.value("--state-dir")) gate.state_dir = *dir;
   gate.json = cmd.has("--json");
   const auto known = motor::gate::attack_ids();
@@ -119,7 +119,7 @@ int serve(const motor::config::Config& config, const std::string& origin) {
   int code = 0;
   {
     Runner runner(&loop, config);
-    if (origin != "embedded default config") {
+    if (origin != motor::config::kEmbeddedConfigOrigin) {
       // The command line's overrides hold for a reloaded file too.
       runner.set_config_source([origin, state_dir = config.state_dir, socket = config.socket_path, parent = config.cgroup_parent] {
         auto next = load_config_file(origin);
@@ -149,6 +149,59 @@ int serve(const motor::config::Config& config, const std::string& origin) {
   return code;
 }
 
+// `serve`'s process-wide set-up: the log, a test build's warnings, the open-file limit, the
+// delegated cgroup. False when the runner cannot start (the reason is logged).
+bool prepare_to_serve(motor::config::Config& config) {
+  using namespace motor;
+  log_init();
+  log_set_level(config.log_level);
+  for (const auto& control : motor::weakened_control_names())
+    log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
+  for (const auto& cidr : motor::test_switches().allowed_destinations)
+    log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
+  if (const unsigned ms = motor::test_switches().state_save_delay_ms)
+    log_warning("TEST BUILD: every state save waits {} ms (--test-slow-state-save)", ms);
+  // Every client session is a socket: take the whole open-file allowance the host grants.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
+  if (config.cgroup_mode != motor::config::CgroupMode::kV1) {
+    auto delegated = motor::runner::enter_delegated_cgroup(config.cgroup_parent);
+    if (!delegated) {
+      log_error("cannot start: the delegated cgroup: {}", delegated.error().message);
+      return false;
+    }
+    if (*delegated) {
+      log_info("cgroups: systemd delegated {}; jobs go under it", **delegated);
+      config.cgroup_parent = **delegated;
+    }
+  }
+  return true;
+}
+
+// The verbs that need no config: --help, docs, print-config. nullopt for every other verb.
+std::optional<int> run_verb_without_config(const motor::cli::ParsedCommand& cmd) {
+  using motor::runner::runner_program;
+  if (cmd.verb.empty()) {
+    if (!cmd.help) return usage_error("no command given");
+    fmt::print("{}", motor::cli::usage_text(runner_program()));
+    return 0;
+  }
+  if (cmd.help) {
+    fmt::print("{}", motor::cli::verb_help(runner_program(), *motor::cli::find_verb(runner_program(), cmd.verb)));
+    return 0;
+  }
+  if (cmd.verb == "docs") return print_docs(cmd);
+  if (cmd.verb == "print-config") {
+    fmt::print("{}", motor::config::default_config_text());
+    return 0;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,22 +224,7 @@ int main(int argc, char** argv) {
   auto parsed = motor::cli::parse_command(runner_program(), args);
   if (!parsed) return usage_error(parsed.error().message);
   const motor::cli::ParsedCommand& cmd = *parsed;
-  if (cmd.verb.empty()) {
-    if (cmd.help) {
-      fmt::print("{}", motor::cli::usage_text(runner_program()));
-      return 0;
-    }
-    return usage_error("no command given");
-  }
-  if (cmd.help) {
-    fmt::print("{}", motor::cli::verb_help(runner_program(), *motor::cli::find_verb(runner_program(), cmd.verb)));
-    return 0;
-  }
-  if (cmd.verb == "docs") return print_docs(cmd);
-  if (cmd.verb == "print-config") {
-    fmt::print("{}", default_config_text());
-    return 0;
-  }
+  if (auto code = run_verb_without_config(cmd)) return *code;
   const bool takes_file = cmd.verb == "check-config";
   if (cmd.operands.size() > (takes_file ? 1U : 0U)) return usage_error("unexpected argument " + cmd.operands.back());
   std::optional<std::string> config_path;
@@ -210,32 +248,6 @@ int main(int argc, char** argv) {
 
   if (config->state_dir.empty() || config->state_dir[0] != '/') return usage_error("--state-dir must be an absolute path");
   if (config->socket_path.empty() || config->socket_path[0] != '/') return usage_error("--socket must be an absolute path");
-  log_init();
-  log_set_level(config->log_level);
-  for (const auto& control : motor::weakened_control_names())
-    log_warning("TEST BUILD: control {} is weakened (--test-weaken); never use this runner for real jobs", control);
-  for (const auto& cidr : motor::test_switches().allowed_destinations)
-    log_warning("TEST BUILD: destination {} is allowed (--test-allow-destination)", cidr);
-  if (const unsigned ms = motor::test_switches().state_save_delay_ms)
-    log_warning("TEST BUILD: every state save waits {} ms (--test-slow-state-save)", ms);
-  // Every client session is a socket: take the whole open-file allowance the host grants.
-  rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
-  if (config->cgroup_mode != CgroupMode::kV1) {
-    auto delegated = enter_delegated_cgroup(config->cgroup_parent);
-    if (!delegated) {
-      log_error("cannot start: the delegated cgroup: {}", delegated.error().message);
-      return 1;
-    }
-    if (*delegated) {
-      log_info("cgroups: systemd delegated {}; jobs go under it", **delegated);
-      config->cgroup_parent = **delegated;
-    }
-  }
-
+  if (!prepare_to_serve(*config)) return 1;
   return serve(*config, origin);
 }

@@ -23,7 +23,10 @@ const cli::ProgramSpec& runner_program() {
           "motor-runner.service (Type=notify, with a watchdog).\n\n"
           "SIGTERM stops it (running jobs are killed or finished as the config's shutdown says). SIGHUP "
           "reads the config again and takes the keys that may change while running; it logs the changed "
-          "keys that need a restart and never stops the runner.",
+          "keys that need a restart and never stops the runner.\n\n"
+          "The runner logs to stderr, or straight to the journal (with the fields MOTOR_JOB_ID, "
+          "MOTOR_CALLER, MOTOR_OUTCOME) when stderr is the stream systemd connected (JOURNAL_STREAM). "
+          "It keeps no log file of its own, so SIGHUP has none to reopen.",
       .exit_status = "0: success (check-config: the config is valid; gate: every control held)\n"
                      "1: the runner could not start, or a gate control failed\n"
                      "64: a usage error\n"
