@@ -131,7 +131,6 @@ void Runner::recover_unfinished(PersistedJob& pj, std::set<std::string>& known_c
       recovered_workspace_fields(pj, true, t);
       t.seq = log->last_seq() + 1;
       terminal = protocol::encode_terminal(t);
-      unknown = true;
       if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) log_warning("job {}: {}", pj.job_id, seq.error().message);
     }
   } else {
