@@ -19,6 +19,8 @@ namespace motor::config {
 
 enum class ShutdownPolicy { kKill, kFinish };
 enum class CgroupMode { kAuto, kV2, kV1 };
+// How Linux jobs run: in the runner's own cgroups (direct) or as transient systemd units.
+enum class JobBackend { kAuto, kDirect, kSystemd };
 
 struct Config {
   // Where the runner listens and keeps its state.
@@ -34,6 +36,8 @@ struct Config {
   std::string job_user = "motor-job";
   std::string cgroup_parent = "motor";  // our own parent cgroup under each hierarchy
   CgroupMode cgroup_mode = CgroupMode::kAuto;
+  // direct until the gate has passed under the systemd backend (docs/job-isolation.md).
+  JobBackend job_backend = JobBackend::kDirect;
   int64_t default_timeout_s = 600;
   int64_t max_timeout_s = 86400;
   int64_t default_cpus = 1;

@@ -161,6 +161,29 @@ const KeySpec kHostKeys[] = {
        return std::nullopt;
      },
      [](const Config& c) -> std::string { return c.cgroup_mode == CgroupMode::kAuto ? "auto" : c.cgroup_mode == CgroupMode::kV2 ? "v2" : "v1"; }},
+    {"job_backend", "", "word", Reload::kRestart, false,
+     "How Linux jobs run: direct (the runner's own cgroups), systemd (a transient unit each) or auto.",
+     "How Linux jobs run. `direct`: in cgroups the runner makes below `cgroup_parent`. `systemd`: "
+     "each job a transient service `motor-job-<id>.service` in `motor-jobs.slice`, started over "
+     "the system bus, with Motor's sandbox applied inside it (docs/job-isolation.md, \"The systemd "
+     "backend\"); a runner that cannot reach systemd's bus at start exits with a config error. "
+     "`auto`: `systemd` when systemd is PID 1 and its bus answers, else `direct` (the runner logs "
+     "which). Outbound jobs and VM jobs keep the direct path.",
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       if (v.scalar == "auto") {
+         c.job_backend = JobBackend::kAuto;
+       } else if (v.scalar == "direct") {
+         c.job_backend = JobBackend::kDirect;
+       } else if (v.scalar == "systemd") {
+         c.job_backend = JobBackend::kSystemd;
+       } else {
+         return "expected auto, direct or systemd, got " + shown(v.scalar);
+       }
+       return std::nullopt;
+     },
+     [](const Config& c) -> std::string {
+       return c.job_backend == JobBackend::kAuto ? "auto" : c.job_backend == JobBackend::kDirect ? "direct" : "systemd";
+     }},
     {"default_timeout_s", "", "seconds", Reload::kLive, false,
      "Timeout of a job that asks for none, and the longest a job may ask for (seconds).",
      "Timeout in seconds for a job that asks for none; counted from `started`. 1 to "

@@ -31,6 +31,7 @@ namespace motor::runner {
 
 class Job;
 class Session;
+class SystemdUnits;
 
 // What a job needs of the runner besides its record's needs (RecordHost).
 class JobHost : public RecordHost {
@@ -83,6 +84,9 @@ class Job : private ExecutionSink {
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
   // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
+  // job_backend = systemd (unit_jobs.cpp): the same sandbox as a transient systemd unit.
+  Status start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units,
+                    const sandbox::Account& account);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);

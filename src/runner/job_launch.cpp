@@ -104,6 +104,8 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   launch.network = p.network;
   launch.platform = p.platform;
   const std::string job_id = job.id();
+  // An outbound job needs the egress namespace's fd in its sandbox, which a unit cannot be given.
+  if (systemd_units_ && !box.network) return start_unit_job(job, launch, box);
   if (auto s = job.start(launch, *cgroups_, box, job_starter_, job_account_); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     // Job::start recorded the claim first thing: job_finished frees it, exactly once.

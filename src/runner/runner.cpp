@@ -136,6 +136,7 @@ Status Runner::start() {
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = start_workspaces(); !s) return s;
+  if (auto s = start_systemd_backend(); !s) return s;  // before recover(): it stops the leftover units
   if (auto s = recover(); !s) return s;
   if (config_.outbound_network) {
     auto outbound = netpolicy::Outbound::start(loop_, config::outbound_settings(config_));

@@ -24,6 +24,7 @@
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
 #include "runner/job_starter.hpp"
+#include "runner/systemd_units.hpp"
 #include "runner/job_table.hpp"
 #include "runner/method_table.hpp"
 #include "runner/notify.hpp"
@@ -156,6 +157,9 @@ class Runner : public JobHost, private AdmissionHost {
   void queue_wait_exceeded(const std::string& job_id) override;
   void start_linux_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
+  // job_backend = systemd (unit_jobs.cpp): the bus, the leftover units, and a job as a unit.
+  Status start_systemd_backend();
+  void start_unit_job(Job& job, const JobLaunch& launch, const sandbox::SandboxConfig& box);
   // Ends a job that never started as refused (metrics counted).
   void refuse_queued(Job& job, protocol::RefusalReason reason, const std::string& detail,
                      std::optional<int64_t> retry_after_ms = std::nullopt);
@@ -237,6 +241,7 @@ class Runner : public JobHost, private AdmissionHost {
   bool draining_ = false;
   bool shutting_down_ = false;
   std::unique_ptr<netpolicy::Outbound> outbound_;  // only when outbound_network is enabled
+  std::unique_ptr<SystemdUnits> systemd_units_;  // only under job_backend = systemd
   uint64_t started_hr_ns_ = 0;
 };
 

@@ -138,6 +138,12 @@ TEST(ConfigFormat, EnumValues) {
   EXPECT_EQ(parse_ok("cgroup_mode = \"v1\"").cgroup_mode, CgroupMode::kV1);
   EXPECT_EQ(parse_ok("shutdown = kill").shutdown, ShutdownPolicy::kKill);
   EXPECT_EQ(parse_ok("shutdown = finish").shutdown, ShutdownPolicy::kFinish);
+  EXPECT_EQ(parse_ok("").job_backend, JobBackend::kDirect);
+  EXPECT_EQ(parse_ok("job_backend = auto").job_backend, JobBackend::kAuto);
+  EXPECT_EQ(parse_ok("job_backend = direct").job_backend, JobBackend::kDirect);
+  EXPECT_EQ(parse_ok("job_backend = systemd").job_backend, JobBackend::kSystemd);
+  const std::string msg = parse_error("job_backend = docker\n");
+  EXPECT_NE(msg.find("expected auto, direct or systemd, got \"docker\""), std::string::npos) << msg;
 }
 
 TEST(ConfigFormat, CommentsAndBlanks) {

@@ -1,0 +1,399 @@
+#include "runner/job_systemd.hpp"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/log.hpp"
+#include "motor/sys_error.hpp"
+#include "motor/test_switches.hpp"
+#include "reactor/slow_call.hpp"
+#include "sandbox/sandbox_codec.hpp"
+
+namespace motor::runner {
+namespace {
+
+constexpr const char* kSystemd = "org.freedesktop.systemd1";
+constexpr const char* kManagerPath = "/org/freedesktop/systemd1";
+constexpr const char* kManager = "org.freedesktop.systemd1.Manager";
+// Once the job exited: how often the unit is looked up, in case its UnitRemoved was missed.
+constexpr uint64_t kGonePollMs = 250;
+
+// What motor-unit-entry (User=motor-job) needs, as ambient capabilities, to build the sandbox:
+// mounts and pivot_root, the /dev nodes, the hostname and loopback, the supplementary groups,
+// the securebits and bounding-set drop, and reading caches other accounts own. The child clears
+// them all before it execs motor-init: the job itself has none.
+constexpr uint64_t kEntryCapabilities =
+    (1ULL << CAP_SYS_ADMIN) | (1ULL << CAP_SETUID) | (1ULL << CAP_SETGID) | (1ULL << CAP_SETPCAP) |
+    (1ULL << CAP_MKNOD) | (1ULL << CAP_SYS_CHROOT) | (1ULL << CAP_NET_ADMIN) | (1ULL << CAP_DAC_OVERRIDE) |
+    (1ULL << CAP_DAC_READ_SEARCH) | (1ULL << CAP_FOWNER) | (1ULL << CAP_CHOWN);
+
+// StartTransientUnit's properties, a(sv).
+int prop_s(sd_bus_message* m, const char* name, const char* value) { return sd_bus_message_append(m, "(sv)", name, "s", value); }
+int prop_t(sd_bus_message* m, const char* name, uint64_t value) { return sd_bus_message_append(m, "(sv)", name, "t", value); }
+int prop_b(sd_bus_message* m, const char* name, bool value) { return sd_bus_message_append(m, "(sv)", name, "b", value ? 1 : 0); }
+int prop_i(sd_bus_message* m, const char* name, int value) { return sd_bus_message_append(m, "(sv)", name, "i", value); }
+int prop_h(sd_bus_message* m, const char* name, int fd) { return sd_bus_message_append(m, "(sv)", name, "h", fd); }
+
+// A CPU set as systemd reads it: bit i of byte i/8 is CPU i.
+int prop_cpus(sd_bus_message* m, const char* name, const std::vector<int>& cpus) {
+  std::vector<uint8_t> mask;
+  for (int cpu : cpus) {
+    if (cpu < 0) continue;
+    const size_t byte = static_cast<size_t>(cpu) / 8;
+    if (mask.size() <= byte) mask.resize(byte + 1, 0);
+    mask[byte] = static_cast<uint8_t>(mask[byte] | (1u << (cpu % 8)));
+  }
+  int r = sd_bus_message_open_container(m, 'r', "sv");
+  if (r >= 0) r = sd_bus_message_append(m, "s", name);
+  if (r >= 0) r = sd_bus_message_open_container(m, 'v', "ay");
+  if (r >= 0) r = sd_bus_message_append_array(m, 'y', mask.data(), mask.size());
+  if (r >= 0) r = sd_bus_message_close_container(m);
+  if (r >= 0) r = sd_bus_message_close_container(m);
+  return r;
+}
+
+int prop_exec_start(sd_bus_message* m, const std::string& path) {
+  const char* argv[] = {path.c_str(), nullptr};
+  int r = sd_bus_message_open_container(m, 'r', "sv");
+  if (r >= 0) r = sd_bus_message_append(m, "s", "ExecStart");
+  if (r >= 0) r = sd_bus_message_open_container(m, 'v', "a(sasb)");
+  if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sasb)");
+  if (r >= 0) r = sd_bus_message_open_container(m, 'r', "sasb");
+  if (r >= 0) r = sd_bus_message_append(m, "s", path.c_str());
+  if (r >= 0) r = sd_bus_message_append_strv(m, const_cast<char**>(argv));
+  if (r >= 0) r = sd_bus_message_append(m, "b", 0);
+  for (int i = 0; i < 4 && r >= 0; ++i) r = sd_bus_message_close_container(m);
+  return r;
+}
+
+std::string request_bytes(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
+  sandbox::WireWriter w;
+  sandbox::encode_sandbox_config(w, box);
+  sandbox::encode_spawn_spec(w, spec);
+  const auto size = static_cast<uint32_t>(w.bytes().size());
+  std::string out(reinterpret_cast<const char*>(&size), sizeof size);
+  return out + w.bytes();
+}
+
+// A call whose answer nobody waits for: only a failure is logged.
+int log_failure(sd_bus_message* m, void*, sd_bus_error*) {
+  if (sd_bus_message_is_method_error(m, nullptr)) {
+    const sd_bus_error* e = sd_bus_message_get_error(m);
+    // NoSuchUnit: the unit is gone already, which is what a kill wants.
+    if (!sd_bus_error_has_name(e, "org.freedesktop.systemd1.NoSuchUnit")) log_warning("systemd: {} ({})", e->message, e->name);
+  }
+  return 0;
+}
+
+}  // namespace
+
+SystemdExecution::SystemdExecution(uv_loop_t* loop, SystemdUnits& units, UnitLaunch launch, ExecutionSink& sink)
+    : loop_(loop),
+      units_(units),
+      launch_(std::move(launch)),
+      sink_(sink),
+      unit_(job_unit_name(launch_.job_id)),
+      output_(loop, sink, launch_.job_id, [this] { maybe_end(); }) {}
+
+SystemdExecution::~SystemdExecution() {
+  for (sd_bus_slot* slot : {start_slot_, removed_match_, job_match_, get_unit_slot_}) sd_bus_slot_unref(slot);
+}
+
+Status SystemdExecution::start(const sandbox::SandboxConfig& box) {
+  if (!units_.bus().connected()) return make_error("io", "the connection to systemd's bus is broken");
+  int control[2], out_pipe[2], err_pipe[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) < 0) return sys_error("socketpair");
+  UniqueFd control_ours(control[0]), control_unit(control[1]);
+  if (pipe2(out_pipe, O_CLOEXEC) < 0) return sys_error("pipe2");
+  UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
+  if (pipe2(err_pipe, O_CLOEXEC) < 0) return sys_error("pipe2");
+  UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+
+  sandbox::SpawnSpec spec;
+  spec.executable = launch_.executable;
+  spec.argv = launch_.argv;
+  spec.env = launch_.env;
+  spec.cwd = launch_.cwd;
+  spec.uid = launch_.account->uid;
+  spec.gid = launch_.account->gid;
+  // Into the socket's buffer (empty, far larger than a request): the entry reads it when it runs.
+  const std::string request = request_bytes(box, spec);
+  if (send(control_ours.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    return sys_error("writing the sandbox request for the unit");
+  }
+  if (auto s = reactor::uv_status(control_.init(this, uv_pipe_init, loop_, 0), "the unit's control socket"); !s) return s;
+  if (auto s = reactor::uv_status(uv_pipe_open(control_.get(), control_ours.get()), "opening the unit's control socket");
+      !s) {
+    return s;
+  }
+  (void)control_ours.release();
+  if (auto s = read_control(); !s) return s;
+  if (auto s = output_.start(std::move(out_read), std::move(err_read)); !s) return s;
+  if (auto s = watch_unit(); !s) return s;
+  reactor::SlowCall timed("asking systemd for a job unit");
+  return send_start(control_unit.get(), out_write.get(), err_write.get());
+  // Our copies of the unit's ends close here: the queued message holds its own (sd-bus dups them).
+}
+
+Status SystemdExecution::watch_unit() {
+  sd_bus* bus = units_.bus().bus();
+  // Queued before the start on the same connection, so the bus daemon has them first.
+  const std::string removed = "type='signal',sender='org.freedesktop.systemd1',path='/org/freedesktop/systemd1',"
+                              "interface='org.freedesktop.systemd1.Manager',member='UnitRemoved',arg0='" + unit_ + "'";
+  const std::string job = "type='signal',sender='org.freedesktop.systemd1',path='/org/freedesktop/systemd1',"
+                          "interface='org.freedesktop.systemd1.Manager',member='JobRemoved',arg2='" + unit_ + "'";
+  auto on_removed = [](sd_bus_message*, void* self, sd_bus_error*) -> int {
+    static_cast<SystemdExecution*>(self)->unit_gone();
+    return 0;
+  };
+  auto on_job = [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
+    static_cast<SystemdExecution*>(self)->on_job_removed(m);
+    return 0;
+  };
+  if (int r = sd_bus_add_match_async(bus, &removed_match_, removed.c_str(), on_removed, nullptr, this); r < 0) {
+    return reactor::sd_bus_failure("watching for the unit's removal", r);
+  }
+  if (int r = sd_bus_add_match_async(bus, &job_match_, job.c_str(), on_job, nullptr, this); r < 0) {
+    return reactor::sd_bus_failure("watching the unit's start job", r);
+  }
+  return {};
+}
+
+Status SystemdExecution::send_start(int control_fd, int out_fd, int err_fd) {
+  sd_bus* bus = units_.bus().bus();
+  sd_bus_message* m = nullptr;
+  int r = sd_bus_message_new_method_call(bus, &m, kSystemd, kManagerPath, kManager, "StartTransientUnit");
+  if (r >= 0) r = sd_bus_message_append(m, "ss", unit_.c_str(), "fail");
+  if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sv)");
+  const std::string description = "motor job " + launch_.job_id + " of " + launch_.caller;
+  if (r >= 0) r = prop_s(m, "Description", description.c_str());
+  if (r >= 0) r = prop_s(m, "Slice", kJobSlice);
+  if (r >= 0) r = prop_s(m, "Type", "exec");
+  if (r >= 0) r = prop_exec_start(m, units_.entry_path());
+  if (r >= 0) r = prop_h(m, "StandardInputFileDescriptor", control_fd);
+  if (r >= 0) r = prop_h(m, "StandardOutputFileDescriptor", out_fd);
+  if (r >= 0) r = prop_h(m, "StandardErrorFileDescriptor", err_fd);
+  // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
+  if (r >= 0 && launch_.memory_bytes > 0 && !control_weakened("memory-limit")) {
+    r = prop_t(m, "MemoryMax", static_cast<uint64_t>(launch_.memory_bytes));
+    if (r >= 0) r = prop_t(m, "MemorySwapMax", 0);
+  }
+  if (r >= 0 && launch_.pids_max > 0 && !control_weakened("pids-limit")) {
+    r = prop_t(m, "TasksMax", static_cast<uint64_t>(launch_.pids_max));
+  }
+  if (r >= 0 && !launch_.cpus.cpus.empty() && !control_weakened("cpuset")) {
+    r = prop_cpus(m, "AllowedCPUs", launch_.cpus.cpus);
+    // systemd 252 has no v1 cpuset: where cpuset is a v1 hierarchy only the affinity pins.
+    if (r >= 0) r = prop_cpus(m, "CPUAffinity", launch_.cpus.cpus);
+  }
+  if (r >= 0) r = prop_s(m, "User", launch_.account->name.c_str());
+  if (r >= 0) r = prop_b(m, "NoNewPrivileges", true);
+  if (r >= 0) r = prop_t(m, "CapabilityBoundingSet", kEntryCapabilities);
+  if (r >= 0) r = prop_t(m, "AmbientCapabilities", kEntryCapabilities);
+  // Everything of the unit dies at once on a kill or a stop, as a direct job's cgroup does.
+  if (r >= 0) r = prop_s(m, "KillMode", "control-group");
+  if (r >= 0) r = prop_i(m, "KillSignal", SIGKILL);
+  if (r >= 0) r = prop_b(m, "SendSIGHUP", false);
+  if (r >= 0) r = prop_b(m, "IgnoreSIGPIPE", false);
+  // An OOM kill ends one process, as in a direct job; the job decides what follows.
+  if (r >= 0) r = prop_s(m, "OOMPolicy", "continue");
+  // Unloaded as soon as it is dead, also when it failed: gone means its processes are gone.
+  if (r >= 0) r = prop_s(m, "CollectMode", "inactive-or-failed");
+  if (r >= 0) r = sd_bus_message_close_container(m);
+  if (r >= 0) r = sd_bus_message_append(m, "a(sa(sv))", 0);
+  if (r >= 0) {
+    r = sd_bus_call_async(bus, &start_slot_, m, [](sd_bus_message* reply, void* self, sd_bus_error*) -> int {
+      static_cast<SystemdExecution*>(self)->on_start_answer(reply);
+      return 0;
+    }, this, 0);
+  }
+  sd_bus_message_unref(m);
+  if (r < 0) return reactor::sd_bus_failure("StartTransientUnit " + unit_, r);
+  units_.bus().update();
+  return {};
+}
+
+Status SystemdExecution::read_control() {
+  const int rc = uv_read_start(
+      control_.stream(),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* self = static_cast<SystemdExecution*>(h->data);
+        *buf = uv_buf_init(self->control_read_, sizeof self->control_read_);
+      },
+      [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
+        if (auto* self = static_cast<SystemdExecution*>(h->data)) self->on_control(nread, self->control_read_);
+      });
+  return reactor::uv_status(rc, "reading the unit's control socket");
+}
+
+void SystemdExecution::on_control(ssize_t nread, const char* data) {
+  if (nread > 0) {
+    control_buf_.append(data, static_cast<size_t>(nread));
+    for (auto nl = control_buf_.find('\n'); nl != std::string::npos; nl = control_buf_.find('\n')) {
+      const std::string line = control_buf_.substr(0, nl);
+      control_buf_.erase(0, nl + 1);
+      on_control_line(line);
+      if (ended_ || start_failed_) return;
+    }
+    if (control_buf_.size() > 4096) control_buf_.clear();  // not the entry's: never a line this long
+    return;
+  }
+  if (nread == 0) return;
+  control_.close();
+  if (exited_) return;
+  // The entry is gone without motor-init's status: killed with the unit (a cancel, a deadline,
+  // the unit's TasksMax or memory) or it failed before the sandbox existed.
+  if (!setup_seen_ && !kill_issued_) {
+    return fail_start("the unit " + unit_ + " ended before its sandbox was built");
+  }
+  on_exited(SIGKILL, 0);
+}
+
+void SystemdExecution::on_control_line(const std::string& line) {
+  if (line == "setup") return on_setup("");
+  if (line.rfind("setup ", 0) == 0) return on_setup(line.substr(6));
+  if (line.rfind("exited ", 0) == 0) {
+    long long status = 0, oom = 0;
+    if (std::sscanf(line.c_str() + 7, "%lld %lld", &status, &oom) == 2) return on_exited(static_cast<int>(status), oom);
+  }
+  log_job(launch_.job_id, "the unit's entry said something unknown: {}", line.substr(0, 200));
+}
+
+void SystemdExecution::on_setup(const std::string& error) {
+  if (setup_seen_) return;
+  setup_seen_ = true;
+  setup_error_ = error;
+  const bool exec_failed = error.rfind("exec:", 0) == 0;
+  if (!error.empty() && !exec_failed) {
+    log_job(launch_.job_id, "the sandbox could not be set up in {}: {}", unit_, error);
+    return;  // refused before start: no `started` record
+  }
+  log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
+            fmt::format("started for caller {} as the unit {} on cpus {} as {}: {}", launch_.caller, unit_,
+                        launch_.cpus.list(), launch_.account->name, launch_.summary));
+  sink_.execution_started();
+  if (exec_failed) {
+    // As a shell reports a command it cannot run: a message on stderr and exit status 127.
+    (void)sink_.execution_output(JobLog::Kind::kStderr, "motor: cannot run the command: " + error.substr(6) + "\n");
+  }
+}
+
+void SystemdExecution::on_exited(int wait_status, int64_t oom_kills) {
+  if (exited_) return;
+  exited_ = true;
+  wait_status_ = wait_status;
+  oom_kills_ = oom_kills;
+  if (oom_kills > 0) log_job(launch_.job_id, "OOM kill in {}: the job hit its memory limit of {} bytes", unit_, launch_.memory_bytes);
+  sink_.execution_exited();
+  int rc = gone_poll_.init(this, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(gone_poll_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<SystemdExecution>(h)) self->poll_unit();
+    }, kGonePollMs, kGonePollMs);
+  }
+  if (auto s = reactor::uv_status(rc, "the timer that looks the unit up"); !s) log_job(launch_.job_id, "{}", s.error().message);
+  maybe_end();
+}
+
+void SystemdExecution::on_start_answer(sd_bus_message* reply) {
+  start_slot_ = sd_bus_slot_unref(start_slot_);
+  if (!sd_bus_message_is_method_error(reply, nullptr)) return;
+  const sd_bus_error* e = sd_bus_message_get_error(reply);
+  fail_start(fmt::format("systemd did not start the unit {}: {}", unit_, e && e->message ? e->message : "no reason"));
+}
+
+void SystemdExecution::on_job_removed(sd_bus_message* signal) {
+  uint32_t id = 0;
+  const char *path = nullptr, *unit = nullptr, *result = nullptr;
+  if (sd_bus_message_read(signal, "uoss", &id, &path, &unit, &result) < 0 || !result) return;
+  job_match_ = sd_bus_slot_unref(job_match_);  // the start job is the only one we ask for
+  if (std::strcmp(result, "done") != 0 && !setup_seen_ && !kill_issued_) {
+    fail_start(fmt::format("systemd's start job of {} ended \"{}\"", unit_, result));
+  }
+}
+
+void SystemdExecution::poll_unit() {
+  if (gone_ || get_unit_slot_) return;
+  int r = sd_bus_call_method_async(units_.bus().bus(), &get_unit_slot_, kSystemd, kManagerPath, kManager, "GetUnit",
+                                   [](sd_bus_message* reply, void* userdata, sd_bus_error*) -> int {
+                                     auto* self = static_cast<SystemdExecution*>(userdata);
+                                     self->get_unit_slot_ = sd_bus_slot_unref(self->get_unit_slot_);
+                                     if (sd_bus_error_has_name(sd_bus_message_get_error(reply),
+                                                               "org.freedesktop.systemd1.NoSuchUnit")) {
+                                       self->unit_gone();
+                                     }
+                                     return 0;
+                                   },
+                                   this, "s", unit_.c_str());
+  if (r < 0) log_job(launch_.job_id, "{}", reactor::sd_bus_failure("GetUnit " + unit_, r).message);
+}
+
+void SystemdExecution::unit_gone() {
+  if (gone_) return;
+  gone_ = true;
+  gone_poll_.close();
+  maybe_end();
+}
+
+void SystemdExecution::fail_start(const std::string& detail) {
+  if (start_failed_ || ended_) return;
+  start_failed_ = true;
+  log_error("job {}: could not start: {}", launch_.job_id, detail);
+  kill(std::nullopt);  // whatever of the unit exists goes
+  sink_.execution_start_failed(detail);  // may destroy this
+}
+
+void SystemdExecution::kill(std::optional<protocol::KillReason> why) {
+  if (ended_) return;
+  if (why && !killed_ && !exited_) killed_ = why;
+  kill_issued_ = true;
+  sd_bus* bus = units_.bus().bus();
+  int r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "KillUnit", log_failure, nullptr,
+                                   "ssi", unit_.c_str(), "all", SIGKILL);
+  if (r >= 0) {
+    r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "StopUnit", log_failure, nullptr, "ss",
+                                 unit_.c_str(), "replace");
+  }
+  if (r < 0) log_error("job {}: {}", launch_.job_id, reactor::sd_bus_failure("killing the unit " + unit_, r).message);
+  units_.bus().update();
+}
+
+void SystemdExecution::shutdown() { output_.shutdown(); }
+
+void SystemdExecution::maybe_end() {
+  if (ended_ || start_failed_ || !exited_ || !gone_ || !output_.drained()) return;
+  ended_ = true;
+  gone_poll_.close();
+  control_.close();
+  sink_.execution_ended(end_state());
+}
+
+ExecutionEnd SystemdExecution::end_state() const {
+  ExecutionEnd end;
+  end.oom_killed = oom_kills_ > 0;
+  end.killed = killed_;
+  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
+  end.scan_workspace = setup_error_.empty();
+  if (!setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0) {
+    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
+    end.refusal_detail = setup_error_.substr(0, 1024);
+    end.ran = protocol::Ran::kNone;
+    end.killed.reset();
+  } else if (WIFEXITED(wait_status_)) {
+    end.outcome.kind = protocol::Outcome::Kind::kExit;
+    end.outcome.code = WEXITSTATUS(wait_status_);
+  } else {
+    end.outcome.kind = protocol::Outcome::Kind::kSignal;
+    end.outcome.signal = WTERMSIG(wait_status_);
+  }
+  return end;
+}
+
+}  // namespace motor::runner

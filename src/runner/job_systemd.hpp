@@ -1,0 +1,99 @@
+// A Linux job as a transient systemd service (job_backend = systemd; docs/job-isolation.md "The
+// systemd backend"). The unit `motor-job-<id>.service` in motor-jobs.slice is started with
+// StartTransientUnit on the loop's bus connection (systemd_units.hpp), with the job's claim as
+// MemoryMax, MemorySwapMax, TasksMax, AllowedCPUs (and CPUAffinity), User=motor-job,
+// NoNewPrivileges, and a capability bounding set (and ambient set) of only what building the
+// sandbox takes; its ExecStart is motor-unit-entry (src/sandbox/unit_entry/main.cpp), which builds
+// the job sandbox inside the unit and execs motor-init with no capabilities left.
+//
+// The unit's stdin is a socket to the runner (the sandbox request goes in, the setup status and
+// the wait status come out); its stdout and stderr are the runner's own output pipes, passed over
+// the bus (StandardOutputFileDescriptor), so the job log, attach and replay are as for a direct
+// job. Cancel and timeout: KillUnit (SIGKILL to every process of the unit) and StopUnit. The job
+// ends when motor-init's status arrived (or the entry died), the output pipes are at EOF and the
+// unit is gone: UnitRemoved (Manager signal, arg0 the unit), or GetUnit answering NoSuchUnit; a
+// gone transient unit is one whose processes are all gone.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motor/unique_fd.hpp"
+#include "reactor/uv_handle.hpp"
+#include "runner/cpu_claims.hpp"
+#include "runner/job_execution.hpp"
+#include "runner/job_output.hpp"
+#include "runner/systemd_units.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/sandbox_config.hpp"
+
+namespace motor::runner {
+
+struct UnitLaunch {
+  std::string job_id, summary, caller;
+  std::string executable;  // motor-init inside the sandbox
+  std::vector<std::string> argv, env;
+  std::string cwd;
+  int64_t memory_bytes = 0;
+  int64_t pids_max = 0;
+  CpuClaim cpus;
+  const sandbox::Account* account = nullptr;  // the job account
+};
+
+class SystemdExecution : public Execution {
+ public:
+  SystemdExecution(uv_loop_t* loop, SystemdUnits& units, UnitLaunch launch, ExecutionSink& sink);
+  ~SystemdExecution() override;
+
+  // Sends StartTransientUnit (the answer comes on the loop). On error nothing was asked of systemd.
+  Status start(const sandbox::SandboxConfig& box);
+
+  void kill(std::optional<protocol::KillReason> why) override;
+  void shutdown() override;
+  void release() override {}  // nothing is left: the job ends only once its unit is gone
+
+ private:
+  Status watch_unit();
+  Status send_start(int control_fd, int out_fd, int err_fd);
+  Status read_control();
+  void on_control(ssize_t nread, const char* data);
+  void on_control_line(const std::string& line);
+  void on_setup(const std::string& error);
+  void on_exited(int wait_status, int64_t oom_kills);
+  void on_start_answer(sd_bus_message* reply);
+  void on_job_removed(sd_bus_message* signal);
+  void unit_gone();
+  void poll_unit();
+  void fail_start(const std::string& detail);
+  void maybe_end();
+  ExecutionEnd end_state() const;
+
+  uv_loop_t* loop_;
+  SystemdUnits& units_;
+  UnitLaunch launch_;
+  ExecutionSink& sink_;
+  std::string unit_;
+  JobOutput output_;
+  reactor::UvHandle<uv_pipe_t> control_;
+  std::string control_buf_;
+  char control_read_[1024];
+  reactor::UvHandle<uv_timer_t> gone_poll_;  // GetUnit now and then once the job exited
+  sd_bus_slot* start_slot_ = nullptr;
+  sd_bus_slot* removed_match_ = nullptr;
+  sd_bus_slot* job_match_ = nullptr;
+  sd_bus_slot* get_unit_slot_ = nullptr;
+  bool setup_seen_ = false, start_failed_ = false;
+  std::string setup_error_;
+  bool exited_ = false, gone_ = false, ended_ = false;
+  int wait_status_ = 0;
+  int64_t oom_kills_ = 0;
+  std::optional<protocol::KillReason> killed_;
+  bool kill_issued_ = false;
+};
+
+}  // namespace motor::runner

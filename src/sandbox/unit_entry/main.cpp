@@ -1,0 +1,168 @@
+// motor-unit-entry: the ExecStart of a job's transient systemd unit (job_backend = systemd,
+// runner/job_systemd.hpp). systemd made the unit's cgroup, its limits (MemoryMax, TasksMax,
+// AllowedCPUs), User=motor-job, NoNewPrivileges, and its capability bounding and ambient sets (the
+// few capabilities building the sandbox takes); this program builds the rest of the job sandbox
+// with the same plan and child code as the direct backend (sandbox_plan.hpp, spawn.hpp): an empty
+// root, PID, mount, network, IPC, UTS and cgroup namespaces, no capabilities left, seccomp, and
+// motor-init as PID 1.
+//
+// Its stdin (fd 0) is a Unix socket to the runner, passed as the unit's StandardInput. The runner
+// writes one request: u32 length (host order), then the SandboxConfig and the SpawnSpec in
+// sandbox_codec.hpp's wire form. Its stdout and stderr are the job's output pipes, the runner's
+// own (StandardOutput=fd). It answers on fd 0, one line each:
+//   setup\n            the command was exec'd (motor-init runs it)
+//   setup TEXT\n       the sandbox's setup failed, or "exec: ..." the command could not be exec'd
+//   exited W O\n       motor-init ended with wait status W; the unit's memory cgroup counted O OOM kills
+// and exits: 0 after "exited", 127 before it. Nothing else of it writes to the job's output.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "motor/fd_io.hpp"
+#include "motor/unique_fd.hpp"
+#include "sandbox/sandbox_codec.hpp"
+#include "sandbox/sandbox_plan.hpp"
+#include "sandbox/spawn.hpp"
+
+namespace {
+
+using namespace motor;
+
+constexpr uint32_t kMaxRequestBytes = 1 << 20;
+constexpr int kControl = 0;
+
+// The unit's cgroup is the entry's own: the job inherits it at clone3 (no fd to pass).
+class InheritedCgroup final : public sandbox::JobCgroup {
+ public:
+  const std::string& name() const override { return name_; }
+  int clone_into_fd() const override { return -1; }
+  const std::vector<int>& child_attach_fds() const override { return none_; }
+  std::string events_path() const override { return {}; }
+  Expected<bool> populated() const override { return unsupported(); }
+  Status kill_all() override { return unsupported(); }
+  bool oom_killed() const override { return false; }
+  Expected<sandbox::OomWatch> watch_oom() override { return unsupported(); }
+  Status remove() override { return unsupported(); }
+  std::vector<std::string> directories() const override { return {}; }
+
+ private:
+  static Error unsupported() { return make_error("internal", "the unit's cgroup is systemd's"); }
+  std::string name_ = "unit";
+  std::vector<int> none_;
+};
+
+void answer(const std::string& line) {
+  std::string text = line;
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
+  text += '\n';
+  (void)write_all(kControl, text.data(), text.size());
+}
+
+[[noreturn]] void give_up(const std::string& why) {
+  answer("setup " + why);
+  _exit(127);
+}
+
+// OOM kills counted by the memory controller of this process's cgroup: v1 memory.oom_control
+// (this host's hybrid layout) or v2 memory.events.
+long long oom_kills() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, v1, v2;
+  while (std::getline(self, line)) {
+    const auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    if (controllers.empty()) v2 = path;
+    for (size_t at = 0; at <= controllers.size();) {
+      const auto comma = controllers.find(',', at);
+      if (controllers.substr(at, comma - at) == "memory") v1 = path;
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  }
+  const std::string file = !v1.empty() ? "/sys/fs/cgroup/memory" + v1 + "/memory.oom_control"
+                                       : "/sys/fs/cgroup" + v2 + "/memory.events";
+  std::ifstream in(file);
+  std::string key;
+  long long value = 0;
+  while (in >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return 0;
+}
+
+bool read_request(sandbox::SandboxConfig& box, sandbox::SpawnSpec& spec) {
+  uint32_t size = 0;
+  if (!read_exact(kControl, reinterpret_cast<char*>(&size), sizeof size) || size > kMaxRequestBytes) return false;
+  std::string body(size, '\0');
+  if (!read_exact(kControl, body.data(), body.size())) return false;
+  sandbox::WireReader r(body);
+  return sandbox::decode_sandbox_config(r, box) && sandbox::decode_spawn_spec(r, spec) && r.ok() && r.at_end();
+}
+
+// The job's stdout and stderr stay with the job alone: the runner sees their EOF when it ends.
+void let_go_of_output() {
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null < 0) return;
+  dup3(null, STDOUT_FILENO, 0);
+  dup3(null, STDERR_FILENO, 0);
+  ::close(null);
+}
+
+}  // namespace
+
+int main() {
+  sandbox::SandboxConfig box;
+  sandbox::SpawnSpec spec;
+  if (!read_request(box, spec)) give_up("motor-unit-entry: no well-formed request on its stdin");
+  if (box.network) give_up("motor-unit-entry: an outbound job needs the runner's egress namespace");
+  auto plan = sandbox::plan_sandbox(box);
+  if (!plan) give_up("the sandbox cannot be built: " + plan.error().message);
+  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null) give_up(std::string("opening /dev/null: ") + std::strerror(errno));
+  InheritedCgroup cgroup;
+  spec.stdin_fd = dev_null.get();
+  spec.stdout_fd = STDOUT_FILENO;
+  spec.stderr_fd = STDERR_FILENO;
+  spec.cgroup = &cgroup;
+  spec.hooks = &hooks;
+  auto spawned = sandbox::spawn_job(spec);
+  if (!spawned) give_up(spawned.error().message);
+  let_go_of_output();
+  dev_null.reset();
+
+  // EOF with nothing: exec'd. Otherwise the child names the step that failed.
+  std::string setup;
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::read(spawned->setup_status.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    setup.append(buf, static_cast<size_t>(n));
+  }
+  answer(setup.empty() ? "setup" : "setup " + setup);
+
+  pollfd exit_seen{spawned->pidfd.get(), POLLIN, 0};
+  while (poll(&exit_seen, 1, -1) < 0 && errno == EINTR) {
+  }
+  const int init_signal = sandbox::init_reported_signal(spawned->pid);  // before the reap frees the pid
+  auto status = sandbox::reap_pidfd(spawned->pidfd.get());
+  if (!status) give_up("waiting for the job: " + status.error().message);
+  int wait_status = *status;
+  // As the direct backend reports it: the command's signal, not motor-init's 128+N.
+  if (init_signal && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 128 + init_signal) wait_status = init_signal;
+  answer("exited " + std::to_string(wait_status) + " " + std::to_string(oom_kills()));
+  return 0;
+}

@@ -1,0 +1,156 @@
+# job_backend = systemd (issue 22; docs/job-isolation.md "The systemd backend"), inside the
+# container test/systemd/nspawn-test booted (its v1 controllers remounted read-write, so TasksMax
+# and MemoryMax apply). Sourced by nspawn-test after its reload step: uses its inside, fail, step,
+# $tmp, the container's root $tmp/os and the user alice. Checks: a job is a transient unit in
+# motor-jobs.slice while it runs and is gone after, with its limits and the job account, no
+# capabilities and motor-init as PID 1 inside, its output byte-exact; a fork bomb stops at
+# TasksMax; a balloon is OOM-killed and reported; cancel and timeout leave no unit and no
+# process; after kill -9 of the runner its restart stops the unit left and records
+# outcome_unknown. Leaves the runner on job_backend = direct again.
+
+job_units() { inside systemctl list-units --all --plain --no-legend 'motor-job-*' | awk '{print $1}'; }
+job_processes() { inside ps -u motor-job -o pid=,comm= 2>/dev/null; }
+as_alice() { inside runuser -u alice -- sh -c "cd /tmp && $1"; }
+wait_for_unit() {
+  for _ in $(seq 1 100); do
+    [[ -n $(job_units) ]] && return 0
+    sleep 0.1
+  done
+  fail "$1: no job unit appeared"
+}
+no_unit_or_process() {  # WHAT: nothing of the job is left
+  local left
+  for _ in $(seq 1 50); do
+    [[ -z $(job_units) && -z $(job_processes) ]] && return 0
+    sleep 0.1
+  done
+  fail "$1 left: units [$(job_units)] processes [$(job_processes)]"
+}
+job_id_of() { grep -o '"job_id":"[^"]*"' "$1" | head -1 | cut -d'"' -f4; }
+runner_active() {
+  for _ in $(seq 1 150); do
+    [[ $(inside systemctl is-active motor-runner) == active ]] && return 0
+    sleep 0.2
+  done
+  inside journalctl -u motor-runner --no-pager -n 30 >&2
+  fail "motor-runner.service is not active"
+}
+use_backend() {  # BACKEND PIDS_MAX
+  inside sed -i -e "s/^job_backend = .*/job_backend = $1/" -e "s/^pids_max = .*/pids_max = $2/" \
+    /etc/motor/motor-runner.conf || fail "editing the config"
+  inside systemctl restart motor-runner || fail "restarting the runner for job_backend = $1"
+  runner_active
+}
+
+# The jobs' programs, on the read-only /usr every job sees.
+mkdir -p "$tmp/os/usr/local/bin"
+cat >"$tmp/os/usr/local/bin/motor-t-identity" <<'EOF'
+#!/bin/sh
+echo "uid $(id -u) pid1 $(cat /proc/1/comm) net $(awk -F: 'NR > 2 {gsub(/ /, "", $1); print $1}' /proc/net/dev | tr '\n' ' ')"
+grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t ' ' '
+EOF
+cat >"$tmp/os/usr/local/bin/motor-t-output" <<'EOF'
+#!/bin/sh
+sleep 1
+printf 'a\000b\377\n'
+printf 'to-stderr' >&2
+EOF
+cat >"$tmp/os/usr/local/bin/motor-t-forks" <<'EOF'
+#!/usr/bin/python3
+import os, time
+n = 0
+try:
+    for _ in range(300):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except BlockingIOError:
+    pass
+print("forks", n, flush=True)
+EOF
+chmod 755 "$tmp/os/usr/local/bin/"motor-t-*
+
+step "job_backend = systemd: the runner starts"
+use_backend systemd 64
+invocation=$(inside systemctl show -p InvocationID --value motor-runner)
+inside journalctl -u motor-runner --no-pager "_SYSTEMD_INVOCATION_ID=$invocation" | grep -q 'Linux jobs run as transient units' ||
+  fail "the runner did not choose the systemd backend"
+
+step "a job is a transient unit while it runs, gone after; its output byte-exact"
+as_alice 'exec motor run --no-sync -- /usr/local/bin/motor-t-output' >"$tmp/unit.out" 2>"$tmp/unit.err" &
+client=$!
+wait_for_unit "a running job"
+unit=$(job_units)
+props=$(inside systemctl show -p Slice -p TasksMax -p MemoryMax -p NoNewPrivileges -p KillMode -p User "$unit")
+grep -qx 'Slice=motor-jobs.slice' <<<"$props" && grep -qx 'TasksMax=64' <<<"$props" && grep -qx 'User=motor-job' <<<"$props" &&
+  grep -qx 'NoNewPrivileges=yes' <<<"$props" && grep -qx 'KillMode=control-group' <<<"$props" &&
+  grep -q '^MemoryMax=[0-9]' <<<"$props" || fail "the unit's properties: $props"
+main_pid=$(inside systemctl show -p MainPID --value "$unit")
+entry_uid=$(inside awk '/^Uid:/ {print $2}' "/proc/$main_pid/status")
+[[ $entry_uid == $(inside id -u motor-job) ]] || fail "the unit's main process (pid $main_pid) runs as uid $entry_uid"
+wait "$client" || { cat "$tmp/unit.err" >&2; fail "the job through the unit failed"; }
+printf 'a\000b\377\n' | cmp - "$tmp/unit.out" || fail "stdout is not byte-exact: $(od -c "$tmp/unit.out" | head -3)"
+[[ $(cat "$tmp/unit.err") == to-stderr ]] || fail "stderr: $(cat "$tmp/unit.err")"
+no_unit_or_process "a finished job"
+
+step "inside the unit: the job account, no capabilities, motor-init as PID 1, loopback only"
+identity=$(as_alice 'motor run --no-sync -- /usr/local/bin/motor-t-identity' 2>&1)
+job_uid=$(inside id -u motor-job)
+grep -q "^uid $job_uid pid1 motor-init net lo $" <<<"$identity" && grep -q '^CapEff: 0000000000000000$' <<<"$identity" &&
+  grep -q '^CapBnd: 0000000000000000$' <<<"$identity" && grep -q '^NoNewPrivs: 1$' <<<"$identity" &&
+  grep -q '^Seccomp: 2$' <<<"$identity" || fail "the job's identity in its unit: $identity"
+
+step "a fork bomb stops at TasksMax"
+forks=$(as_alice 'motor run --no-sync -- /usr/local/bin/motor-t-forks' 2>&1)
+n=$(sed -n 's/^forks \([0-9]*\)$/\1/p' <<<"$forks")
+[[ -n $n && $n -lt 64 ]] || fail "the fork bomb was not stopped at TasksMax=64: $forks"
+no_unit_or_process "the fork bomb"
+# The same bomb under a limit it does not reach makes all its 300 forks: the 64 stopped it.
+inside sed -i -e "s/^pids_max = .*/pids_max = 4096/" /etc/motor/motor-runner.conf && inside systemctl reload motor-runner ||
+  fail "reloading pids_max"
+for _ in $(seq 1 50); do
+  inside journalctl -u motor-runner --no-pager | grep -q 'now in effect: pids_max' && break
+  sleep 0.2
+done
+forks=$(as_alice 'motor run --no-sync -- /usr/local/bin/motor-t-forks' 2>&1)
+[[ $forks == "forks 300" ]] || fail "under TasksMax=4096 the bomb made: $forks"
+
+step "a balloon is OOM-killed and reported"
+as_alice "motor run --no-sync --json --memory 64M -- python3 -c 'b = b\"x\" * (512 << 20)'" >"$tmp/oom.json" 2>&1
+grep -q '"type":"terminal"' "$tmp/oom.json" && grep -q '"oom_killed":true' "$tmp/oom.json" ||
+  fail "the balloon's terminal record: $(tail -2 "$tmp/oom.json")"
+no_unit_or_process "the balloon"
+as_alice "motor run --no-sync --json --memory 1G -- python3 -c 'b = b\"x\" * (512 << 20)'" >"$tmp/no-oom.json" 2>&1
+grep -q '"outcome":{"type":"exit","code":0}' "$tmp/no-oom.json" && ! grep -q '"oom_killed":true' "$tmp/no-oom.json" ||
+  fail "the balloon under a 1G limit: $(tail -1 "$tmp/no-oom.json")"
+
+step "cancel and timeout leave no unit and no process"
+as_alice 'exec motor run --no-sync --json -- sleep 600' >"$tmp/cancel.json" 2>&1 &
+client=$!
+wait_for_unit "the job to cancel"
+id=$(job_id_of "$tmp/cancel.json")
+as_alice "motor cancel $id" >/dev/null || fail "motor cancel"
+wait "$client"
+grep -q '"killed":"cancel"' "$tmp/cancel.json" || fail "the cancelled job's terminal: $(tail -1 "$tmp/cancel.json")"
+no_unit_or_process "a cancelled job"
+as_alice 'motor run --no-sync --json --timeout 1 -- sleep 600' >"$tmp/timeout.json" 2>&1
+grep -q '"killed":"deadline"' "$tmp/timeout.json" || fail "the timed-out job's terminal: $(tail -1 "$tmp/timeout.json")"
+no_unit_or_process "a timed-out job"
+
+step "kill -9 of the runner: its restart stops the unit left and records outcome_unknown"
+as_alice 'exec motor run --no-sync --json -- sleep 600' >"$tmp/lost.json" 2>&1 &
+client=$!
+wait_for_unit "the job the runner loses"
+id=$(job_id_of "$tmp/lost.json")
+inside systemctl kill --signal=KILL --kill-who=main motor-runner || fail "kill -9 of the runner"
+[[ -n $(job_units) ]] || fail "the job's unit went with the runner (it should outlive it, for the restart to find)"
+sleep 2.5  # Restart=on-failure, RestartSec=2
+runner_active
+no_unit_or_process "the runner's restart"
+status=$(as_alice "motor status --json $id" 2>&1)
+grep -q 'outcome_unknown' <<<"$status" || fail "the lost job's status after the restart: $status"
+kill "$client" 2>/dev/null
+wait "$client" 2>/dev/null
+
+use_backend direct 4096
