@@ -1,6 +1,6 @@
 // How a job's command runs. A Job owns one Execution from its start: LinuxExecution (the job
-// sandbox under a cgroup, job_linux.cpp), VmExecution (a fresh VM, job_vm.cpp), and a systemd
-// unit next. The execution reports to the job through ExecutionSink; the job keeps the record,
+// sandbox under a cgroup, job_linux.cpp), VmExecution (a fresh VM, job_vm.cpp), SystemdExecution
+// (the same sandbox in a transient systemd unit, job_systemd.cpp). The execution reports to the job through ExecutionSink; the job keeps the record,
 // the deadline, the workspace report and the terminal record's common fields.
 #pragma once
 

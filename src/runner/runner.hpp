@@ -200,6 +200,8 @@ class Runner : public JobHost, private AdmissionHost {
   CpuClaims cpu_claims_ = CpuClaims::from_sysfs();
   std::unique_ptr<sandbox::CgroupDriver> cgroups_;
   sandbox::CgroupReaper cgroup_reaper_;  // every job cgroup ends through it (before jobs_: outlives them)
+  // job_backend = systemd only; before jobs_, so its bus outlives their units' executions.
+  std::unique_ptr<SystemdUnits> systemd_units_;
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
   simdjson::dom::parser parser_;
@@ -241,7 +243,6 @@ class Runner : public JobHost, private AdmissionHost {
   bool draining_ = false;
   bool shutting_down_ = false;
   std::unique_ptr<netpolicy::Outbound> outbound_;  // only when outbound_network is enabled
-  std::unique_ptr<SystemdUnits> systemd_units_;  // only under job_backend = systemd
   uint64_t started_hr_ns_ = 0;
 };
 
