@@ -39,17 +39,18 @@ Status write_all(int fd, const std::string& bytes) {
   return {};
 }
 
-grpc::Status runner_error(const std::string& code, const std::string& message) {
-  if (code == "bad_request") return {grpc::StatusCode::INVALID_ARGUMENT, message};
-  if (code == "unauthorized") return {grpc::StatusCode::PERMISSION_DENIED, message};
+grpc::Status runner_error(protocol::ErrorCode code, const std::string& message) {
+  if (code == protocol::ErrorCode::kBadRequest) return {grpc::StatusCode::INVALID_ARGUMENT, message};
+  if (code == protocol::ErrorCode::kUnauthorized) return {grpc::StatusCode::PERMISSION_DENIED, message};
   return {grpc::StatusCode::UNAVAILABLE, message};
 }
 
 grpc::Status refusal(const protocol::Message& m) {
   const std::string& reason = m.outcome.reason;
   const std::string detail = reason + (m.refusal_detail ? ": " + *m.refusal_detail : "");
-  if (reason == "workspace_setup_failed") return {grpc::StatusCode::INVALID_ARGUMENT, detail};
-  if (reason == "network_unsupported") return {grpc::StatusCode::FAILED_PRECONDITION, detail};
+  using protocol::RefusalReason;
+  if (m.outcome.refusal == RefusalReason::kWorkspaceSetupFailed) return {grpc::StatusCode::INVALID_ARGUMENT, detail};
+  if (m.outcome.refusal == RefusalReason::kNetworkUnsupported) return {grpc::StatusCode::FAILED_PRECONDITION, detail};
   return {grpc::StatusCode::UNAVAILABLE, detail};  // draining, full, disk full: bb_worker retries
 }
 
@@ -172,7 +173,7 @@ grpc::Status run_action(const RunSettings& settings, const BuildDirectory& build
     if (!*frame) continue;
     auto m = protocol::parse_message(parser, **frame);
     if (!m) return {grpc::StatusCode::INTERNAL, "a record from the runner: " + m.error().message};
-    if (m->kind == protocol::Message::Kind::kError) return runner_error(m->error_code, m->error_message);
+    if (m->kind == protocol::Message::Kind::kError) return runner_error(m->error, m->error_message);
     if (m->kind == protocol::Message::Kind::kResult) continue;  // exec.cancel's answer
     // (Output bytes are base64: the name cannot appear inside them.)
     if (m->raw.find("\"truncated_before_seq\"") != std::string::npos) output_lost = true;

@@ -33,12 +33,13 @@ constexpr const char* kUsage =
 struct Options {
   std::string build_directory, listen, outbound_listen, runner_socket = "/run/motor/motor.sock";
   std::optional<int64_t> memory, cpus;
+  bool help = false;
 };
 
 bool parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help") return false;
+    if (flag == "--help" || flag == "-h") return o.help = true;
     if (i + 1 >= argc) return std::fprintf(stderr, "motor-bb-runner: %s needs a value\n", flag.c_str()), false;
     const std::string value = argv[++i];
     if (flag == "--build-directory") o.build_directory = value;
@@ -81,6 +82,7 @@ std::unique_ptr<grpc::Server> serve(const std::string& socket, motor::bbrunner::
 int main(int argc, char** argv) {
   Options o;
   if (!parse_options(argc, argv, o)) return std::fputs(kUsage, stderr), 2;
+  if (o.help) return std::fputs(kUsage, stdout), 0;
   auto build = motor::bbrunner::BuildDirectory::open(o.build_directory);
   if (!build) return std::fprintf(stderr, "motor-bb-runner: %s\n", build.error().message.c_str()), 1;
   // Blocked before gRPC starts its threads, so only sigwait below sees them.

@@ -38,7 +38,30 @@ bool CallerOutput::send(std::string_view payload) {
   return !gone_;
 }
 
+namespace {
+
+// The runner writes "id" first ({"id":N,...}, protocol::with_request_id): such a frame, already
+// parsed once by the connection, gets the caller's id spliced in without a second parse.
+std::optional<std::string> with_leading_id_replaced(std::string_view frame, int64_t caller_id) {
+  constexpr std::string_view kLead = "{\"id\":";
+  if (!frame.starts_with(kLead)) return std::nullopt;
+  size_t end = kLead.size();
+  if (frame.substr(end).starts_with("null")) {
+    end += 4;
+  } else {
+    if (end < frame.size() && frame[end] == '-') ++end;
+    const size_t digits = end;
+    while (end < frame.size() && frame[end] >= '0' && frame[end] <= '9') ++end;
+    if (end == digits) return std::nullopt;
+  }
+  if (end >= frame.size() || (frame[end] != ',' && frame[end] != '}')) return std::nullopt;
+  return std::string(kLead) + std::to_string(caller_id) + std::string(frame.substr(end));
+}
+
+}  // namespace
+
 Expected<std::string> with_caller_id(std::string_view frame, int64_t caller_id) {
+  if (auto spliced = with_leading_id_replaced(frame, caller_id)) return std::move(*spliced);
   simdjson::dom::parser parser;
   simdjson::dom::object obj;
   if (parser.parse(frame.data(), frame.size()).get_object().get(obj)) {

@@ -52,7 +52,7 @@ const cli::ProgramSpec& client_program() {
                 {"--priority", "", "interactive|batch", "the admission queue's class"},
                 {"--network", "", "offline|outbound", "outbound: public IPv4 through the runner's filter"},
                 {"--env", "-e", "NAME=VALUE", "an environment variable for the job (repeatable)", true},
-                {"-c", "", "'SHELL COMMAND'", "run this through /bin/sh -c"},
+                {"-c", "", "'SHELL COMMAND'", "run this shell command line (bash -c; /bin/sh -c on a runner without bash)"},
                 kJson,
                 {"--direct", "", "", "a direct job: its one-time secret lets its holder attach, check or cancel it"},
                 {"--secret-file", "", "PATH", "with --direct: write the secret to this new 0600 file"},

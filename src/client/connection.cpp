@@ -82,7 +82,7 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   }
   if (m->kind == protocol::Message::Kind::kError) {
     // The bridge's runner.identify (also id 0) was refused, and the bridge passed that on.
-    return make_error(m->error_code == "unauthorized" ? "unauthorized" : kNotBridged,
+    return make_error(m->error == protocol::ErrorCode::kUnauthorized ? "unauthorized" : kNotBridged,
                       fmt::format("the runner on {} refused the caller name this key's forced command gives ({}: {}); "
                                   "the operator fixes the authorized_keys line",
                                   host, m->error_code, m->error_message));

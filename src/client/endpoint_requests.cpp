@@ -123,10 +123,7 @@ struct RunParamsView {
   std::vector<std::string> siblings;
 };
 
-Expected<RunParamsView> read_run_params(const std::string& params_json) {
-  simdjson::dom::parser parser;
-  simdjson::dom::object obj;
-  if (parser.parse(params_json).get_object().get(obj)) return Error{"bad_request", "params must be an object"};
+Expected<RunParamsView> read_run_params(simdjson::dom::object obj) {
   RunParamsView v;
   std::string_view s;
   if (!obj["workspace_key"].get_string().get(s)) v.workspace_key = std::string(s);
@@ -153,15 +150,11 @@ Expected<std::string> relative_cwd(const std::string& cwd, const std::string& ke
 }
 
 // The caller's params with `cwd` replaced; every other field as the caller sent it.
-std::string with_cwd(const std::string& params_json, const std::string& cwd) {
-  simdjson::dom::parser parser;
-  simdjson::dom::object obj;
+std::string with_cwd(simdjson::dom::object obj, const std::string& cwd) {
   protocol::JsonWriter w;
   w.begin_object();
-  if (!parser.parse(params_json).get_object().get(obj)) {
-    for (auto [key, value] : obj) {
-      if (key != "cwd") w.field_raw(key, simdjson::minify(value));
-    }
+  for (auto [key, value] : obj) {
+    if (key != "cwd") w.field_raw(key, simdjson::minify(value));
   }
   w.field("cwd", cwd).end_object();
   return w.take();
@@ -201,7 +194,7 @@ void relay_stream(CallerOutput& out, RunnerLink& link, Connection* conn, int64_t
       continue;
     }
     if (m->id != runner_id) continue;
-    if (m->kind == Kind::kError && m->error_code == "stalled" && !job_id.empty()) {
+    if (m->kind == Kind::kError && m->error == protocol::ErrorCode::kStalled && !job_id.empty()) {
       if (auto id = conn->request("exec.attach", fmt::format("{{\"job_id\":\"{}\",\"from_seq\":{}}}", job_id, last_seq + 1))) runner_id = *id;
       continue;
     }
@@ -213,8 +206,8 @@ void relay_stream(CallerOutput& out, RunnerLink& link, Connection* conn, int64_t
   }
 }
 
-void serve_run(CallerOutput& out, RunnerLink& link, const Request& req) {
-  auto params = read_run_params(req.params_json);
+void serve_run(CallerOutput& out, RunnerLink& link, const Request& req, simdjson::dom::object obj) {
+  auto params = read_run_params(obj);
   if (!params) return send_error(out, req.id, "bad_request", params.error().message);
   auto conn = link.open();
   if (!conn) return (void)out.send(refusal_terminal(req.id, new_id(), refusal_for_connection(conn.error())));
@@ -231,7 +224,7 @@ void serve_run(CallerOutput& out, RunnerLink& link, const Request& req) {
     if (!s->outcome.prepared) return (void)out.send(refusal_terminal(req.id, new_id(), refusal_for_outcome(s->outcome)));
     auto cwd = relative_cwd(params->cwd, params->workspace_key, s->root);
     if (!cwd) return send_error(out, req.id, cwd.error().code, cwd.error().message);
-    run_params = with_cwd(req.params_json, *cwd);
+    run_params = with_cwd(obj, *cwd);
   }
   auto id = (*conn)->request("exec.run", run_params);
   if (!id) return (void)out.send(refusal_terminal(req.id, new_id(), refusal_for_connection(id.error())));
@@ -242,10 +235,7 @@ struct PrepareParamsView {
   std::string workspace_key, repository_root, base_commit;
 };
 
-Expected<PrepareParamsView> read_prepare_params(const std::string& params_json) {
-  simdjson::dom::parser parser;
-  simdjson::dom::object obj;
-  if (parser.parse(params_json).get_object().get(obj)) return Error{"bad_request", "params must be an object"};
+Expected<PrepareParamsView> read_prepare_params(simdjson::dom::object obj) {
   PrepareParamsView v;
   std::string_view s;
   if (obj["workspace_key"].get_string().get(s)) return Error{"bad_request", "missing field \"params.workspace_key\""};
@@ -266,8 +256,8 @@ Status check_base_commit(const std::string& key, const std::string& base_commit)
 
 // workspace.prepare {workspace_key, repository_root, base_commit, siblings}: the caller sends no
 // bundle and no hash; the endpoint snapshots the checkout and does the transfer.
-void serve_prepare(CallerOutput& out, RunnerLink& link, const Request& req) {
-  auto params = read_prepare_params(req.params_json);
+void serve_prepare(CallerOutput& out, RunnerLink& link, const Request& req, simdjson::dom::object obj) {
+  auto params = read_prepare_params(obj);
   if (!params) return send_error(out, req.id, "bad_request", params.error().message);
   auto refuse = [&](const LocalRefusal& r) { out.send(refusal_prepare_reply(req.id, new_id(), r)); };
   if (auto checkout = checkout_at(params->workspace_key); !checkout) return refuse(refusal_for_sync(checkout.error()));
@@ -281,21 +271,15 @@ void serve_prepare(CallerOutput& out, RunnerLink& link, const Request& req) {
   out.send(*reply);
 }
 
-// Any other method: sent as it is; its reply (or, for exec.attach, its stream) passed on.
-void serve_relayed(CallerOutput& out, RunnerLink& link, const Request& req) {
+// Any other method: sent as it is; its reply (or, for exec.attach, its stream: `attach` is its
+// params, read as the runner reads them) passed on.
+void serve_relayed(CallerOutput& out, RunnerLink& link, const Request& req, const std::optional<protocol::JobRef>& attach) {
   auto conn = link.open();
   if (!conn && req.method == "exec.status") return (void)out.send(unreachable_status_reply(req.id));
   if (!conn) return send_error(out, req.id, conn.error().code, conn.error().message);
   auto id = (*conn)->request(req.method, req.params_json);
   if (!id) return send_error(out, req.id, id.error().code, id.error().message);
-  if (req.method == "exec.attach") {
-    int64_t from_seq = 1;
-    simdjson::dom::parser parser;
-    if (parser.parse(req.params_json)["from_seq"].get_int64().get(from_seq)) from_seq = 1;
-    std::string_view job;
-    if (parser.parse(req.params_json)["job_id"].get_string().get(job)) job = "";
-    return relay_stream(out, link, *conn, *id, req.id, std::string(job), from_seq - 1);
-  }
+  if (attach) return relay_stream(out, link, *conn, *id, req.id, attach->job_id, attach->from_seq - 1);
   for (;;) {
     auto m = (*conn)->read();
     if (!m && req.method == "exec.status") return (void)out.send(unreachable_status_reply(req.id));
@@ -308,9 +292,20 @@ void serve_relayed(CallerOutput& out, RunnerLink& link, const Request& req) {
 }  // namespace
 
 void serve_request(CallerOutput& out, RunnerLink& link, const Request& request) {
-  if (request.method == "exec.run") return serve_run(out, link, request);
-  if (request.method == "workspace.prepare") return serve_prepare(out, link, request);
-  serve_relayed(out, link, request);
+  // The params are parsed once here (parse_request checked they are an object).
+  simdjson::dom::parser parser;
+  if (request.method == "exec.attach") {
+    auto ref = protocol::parse_job_ref(parser, request.params_json, true);  // a bad from_seq is refused here
+    if (!ref) return send_error(out, request.id, ref.error().code, ref.error().message);
+    return serve_relayed(out, link, request, *ref);
+  }
+  simdjson::dom::object obj;
+  if (request.method == "exec.run" || request.method == "workspace.prepare") {
+    if (parser.parse(request.params_json).get_object().get(obj)) return send_error(out, request.id, "bad_request", "params must be an object");
+  }
+  if (request.method == "exec.run") return serve_run(out, link, request, obj);
+  if (request.method == "workspace.prepare") return serve_prepare(out, link, request, obj);
+  serve_relayed(out, link, request, std::nullopt);
 }
 
 }  // namespace motor::client

@@ -131,7 +131,7 @@ class StreamFollower {
       print_json_line(m);
     }
     if (m.id && *m.id != s_.request_id) return std::nullopt;  // a reply to our cancel
-    if (m.kind == Kind::kError && m.error_code == "stalled" && !s_.job_id.empty()) {
+    if (m.kind == Kind::kError && m.error == protocol::ErrorCode::kStalled && !s_.job_id.empty()) {
       // The runner stopped feeding us because we read too slowly; nothing is lost: pick up
       // where we are.
       if (auto id = conn_.request("exec.attach", job_ref_params(s_.job_id, s_.secret, s_.last_seq + 1))) s_.request_id = *id;

@@ -508,7 +508,10 @@ Expected<Outcome> parse_outcome(element e) {
   } else if (type == "refused_before_start") {
     o.kind = Outcome::Kind::kRefusedBeforeStart;
     std::string_view reason;
-    if (!obj.at_key("reason").get_string().get(reason)) o.reason = std::string(reason);
+    if (!obj.at_key("reason").get_string().get(reason)) {
+      o.reason = std::string(reason);
+      o.refusal = parse_refusal_reason(reason);
+    }
   } else if (type == "history_expired") {
     o.kind = Outcome::Kind::kHistoryExpired;
   } else {
@@ -521,6 +524,7 @@ Outcome refused(RefusalReason reason) {
   Outcome o;
   o.kind = Outcome::Kind::kRefusedBeforeStart;
   o.reason = std::string(to_wire(reason));
+  o.refusal = reason;
   return o;
 }
 
@@ -617,6 +621,7 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
     // Found by fuzz_client_stream: without a code the client printed "motor: : " and exited 70.
     if (e.at_key("code").get_string().get(s) || s.empty()) return bad("error reply without \"code\"");
     m.error_code = std::string(s);
+    m.error = parse_error_code(s);
     if (!e.at_key("message").get_string().get(s)) m.error_message = std::string(s);
     return m;
   }
@@ -628,7 +633,13 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   if (obj.at_key("type").get_string().get(type)) return bad("a message has neither \"result\", \"error\" nor \"type\"");
   m.kind = Message::Kind::kRecord;
   m.type = std::string(type);
-  if (obj.at_key("seq").get_int64().get(m.seq)) m.seq = 0;
+  // A present seq is a u64 (exec-remote/v1): anything else, null included, is a decode error,
+  // never seq 0 (a resume cursor must not move back).
+  if (element seq; !obj.at_key("seq").get(seq)) {
+    auto v = whole_number(seq, "seq", 0, INT64_MAX);
+    if (!v) return v.error();
+    m.seq = *v;
+  }
   std::string_view s;
   if (!obj.at_key("job_id").get_string().get(s)) m.job_id = std::string(s);
   if (m.type == "output") {

@@ -32,7 +32,7 @@ struct RunParams {
   std::string workspace_key = "default";
   std::string repository_root;
   std::string cwd;                          // relative to the workspace; "" = its root
-  std::optional<std::string> command;       // run by /bin/sh -c
+  std::optional<std::string> command;       // run by bash -c (/bin/sh -c without bash): runner/job_sandbox_policy.hpp
   std::vector<std::string> argv;            // (ext) run without a shell
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<double> weight_hint;
@@ -105,7 +105,8 @@ struct Outcome {
   Kind kind = Kind::kOutcomeUnknown;
   int code = 0;        // kExit
   int signal = 0;      // kSignal
-  std::string reason;  // kRefusedBeforeStart
+  std::string reason;  // kRefusedBeforeStart, as sent
+  std::optional<RefusalReason> refusal;  // kRefusedBeforeStart: `reason` parsed (none: one we do not know)
 };
 void write_outcome(JsonWriter& w, const Outcome& outcome);
 // The outcome's "type" on the wire.
@@ -168,7 +169,8 @@ std::string encode_terminal(const TerminalRecord& r);
 struct Message {
   std::optional<int64_t> id;
   enum class Kind { kResult, kError, kRecord } kind = Kind::kRecord;
-  std::string error_code, error_message;  // kError
+  std::string error_code, error_message;  // kError: as sent
+  ErrorCode error = ErrorCode::kOther;     // kError: error_code parsed (kOther: one we do not know)
   std::string type;                        // kRecord: accepted, started, output, terminal, ...
   int64_t seq = 0;
   std::string job_id;

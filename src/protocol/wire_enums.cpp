@@ -36,6 +36,33 @@ std::string_view to_wire(RefusalReason v) {
   return "workspace_setup_failed";
 }
 
+std::string_view to_wire(ErrorCode v) {
+  switch (v) {
+    case ErrorCode::kBadRequest: return "bad_request";
+    case ErrorCode::kUnauthorized: return "unauthorized";
+    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kStalled: return "stalled";
+    case ErrorCode::kSessionTimeout: return "session_timeout";
+    case ErrorCode::kRunnerDiskFull: return "runner_disk_full";
+    case ErrorCode::kOther: break;
+  }
+  return "internal";
+}
+
+std::optional<RefusalReason> parse_refusal_reason(std::string_view s) {
+  for (int i = 0; i <= static_cast<int>(RefusalReason::kBundleRejected); ++i) {
+    if (to_wire(static_cast<RefusalReason>(i)) == s) return static_cast<RefusalReason>(i);
+  }
+  return std::nullopt;
+}
+
+ErrorCode parse_error_code(std::string_view s) {
+  for (int i = 0; i < static_cast<int>(ErrorCode::kOther); ++i) {
+    if (to_wire(static_cast<ErrorCode>(i)) == s) return static_cast<ErrorCode>(i);
+  }
+  return ErrorCode::kOther;
+}
+
 std::optional<Network> parse_network(std::string_view s) {
   if (s == "offline") return Network::kOffline;
   if (s == "outbound") return Network::kOutbound;

@@ -247,6 +247,7 @@ void Job::finish() {
   t.platform = platform_;
   t.network = network_;
   t.killed = end.killed;
+  t.pipestatus = end.pipestatus;
   t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
   t.queue_wait_ms = queue_wait_ms_;
   t.cpus = cpus_.list();

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
@@ -20,6 +21,7 @@ struct ExecutionEnd {
   protocol::Ran ran = protocol::Ran::kRemote;
   std::optional<protocol::KillReason> killed;  // the runner's kill that ended it
   std::optional<std::string> refusal_detail;
+  std::optional<std::vector<int>> pipestatus;  // a shell pipeline's statuses, when its shell reported them
   bool oom_killed = false;
   // The command ran on the host's workspace: it is scanned for what it changed before the
   // terminal record. An execution that knows the changes itself (a VM's guest) gives `workspace`.

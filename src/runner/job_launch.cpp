@@ -93,7 +93,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   }
   JobLaunch launch;
   launch.executable = sandbox::kSandboxInitPath;
-  launch.argv = sandbox::init_argv(job_command(p));
+  launch.argv = linux_init_argv(p, box);
   launch.env = host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, pending.forwarded_env);
   launch.cwd = pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
   launch.summary = job.summary();

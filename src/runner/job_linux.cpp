@@ -14,6 +14,7 @@
 #include "reactor/slow_call.hpp"
 #include "base/log.hpp"
 #include "sandbox/cgroup_usage.hpp"
+#include "sandbox/pipestatus.hpp"
 
 namespace motor::runner {
 namespace {
@@ -251,12 +252,16 @@ void LinuxExecution::shutdown() {
 void LinuxExecution::on_exit() {
   if (exited_) return;
   const int init_signal = sandbox::init_reported_signal(pid_);  // read before the reap frees the pid
+  auto pipestatus = sandbox::init_reported_pipestatus(pid_);   // the same
   auto status = sandbox::reap_pidfd(pidfd_.get());
   if (!status) return;  // spurious wakeup
   exited_ = true;
   wait_status_ = *status;
   // The command died of a signal inside the sandbox: report it as that signal, not as 128+N.
   if (init_signal && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 128 + init_signal) wait_status_ = init_signal;
+  if (pipestatus && WIFEXITED(wait_status_) && sandbox::pipestatus_reportable(*pipestatus, WEXITSTATUS(wait_status_))) {
+    pipestatus_ = std::move(pipestatus);
+  }
   pidfd_poll_.close();
   pidfd_.reset();
   confirm_started();
@@ -408,6 +413,7 @@ ExecutionEnd LinuxExecution::end_state() {
   oom_recheck_.close();
   oom_watch_.reset();
   end.killed = killed_;
+  end.pipestatus = pipestatus_;
   const sandbox::CgroupUsage usage = sandbox::read_cgroup_usage(cgroup_->directories());  // (ext) resource_usage
   end.cpu_user_us = usage.cpu_user_us;
   end.cpu_system_us = usage.cpu_system_us;

@@ -86,6 +86,7 @@ class LinuxExecution : public Execution {
   std::string setup_error_;  // the child failed before exec
   bool exited_ = false, ended_ = false;
   int wait_status_ = 0;
+  std::optional<std::vector<int>> pipestatus_;  // what the shell reported through motor-init
   bool cgroup_empty_ = false;
   std::optional<protocol::KillReason> killed_;
   bool kill_issued_ = false;

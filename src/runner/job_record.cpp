@@ -217,7 +217,7 @@ void JobRecord::drop_stalled_followers() {
             settings_.stalled_client_timeout_s, resume);
     // Queued behind what it has not read yet: it sees this once it reads again.
     session->send(protocol::encode_error(
-        request_id, "stalled",
+        request_id, protocol::to_wire(protocol::ErrorCode::kStalled),
         fmt::format("this client read nothing for {} s while job {} had more output; reattach with exec.attach "
                     "from_seq {} (nothing is lost)",
                     settings_.stalled_client_timeout_s, job_id_, resume)));

@@ -1,8 +1,12 @@
 #include "runner/job_sandbox_policy.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "motor/test_switches.hpp"
+#include "sandbox/pipestatus.hpp"
 #include "workspace/workspace_dir.hpp"
 #include "workspace/workspace_names.hpp"
 
@@ -10,6 +14,26 @@ namespace motor::runner {
 
 std::vector<std::string> job_command(const protocol::RunParams& p) {
   return p.command ? std::vector<std::string>{"/bin/sh", "-c", *p.command} : p.argv;
+}
+
+namespace {
+
+constexpr const char* kBash = "/usr/bin/bash";  // /bin/bash in the job's merged-/usr root
+
+// The job's root has bash: the host's, under a toolchain bind of /usr.
+bool job_root_has_bash(const sandbox::SandboxConfig& box) {
+  const bool usr_bound = std::any_of(box.toolchain.begin(), box.toolchain.end(),
+                                     [](const sandbox::ToolchainPath& t) { return t.path == "/usr"; });
+  return usr_bound && ::access(kBash, X_OK) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> linux_init_argv(const protocol::RunParams& p, const sandbox::SandboxConfig& box) {
+  if (!p.command || !job_root_has_bash(box)) return sandbox::init_argv(job_command(p));
+  auto argv = sandbox::init_argv({"/bin/bash", "-c", sandbox::command_reporting_pipestatus(*p.command)});
+  argv.insert(argv.begin() + 1, "--pipestatus");
+  return argv;
 }
 
 std::optional<Refusal> job_sandbox_policy(const config::Config& config, const JobIdentity& who, const std::string& caller,

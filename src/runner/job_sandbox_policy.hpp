@@ -38,7 +38,13 @@ std::optional<Refusal> job_sandbox_policy(const config::Config& config, const Jo
                                           const std::string& workspace_dir, const protocol::RunParams& params,
                                           sandbox::SandboxConfig& box);
 
-// The command as motor-init runs it: through /bin/sh -c, or the argv as given.
+// The command as a VM's guest runs it: through /bin/sh -c, or the argv as given.
 std::vector<std::string> job_command(const protocol::RunParams& params);
+
+// The argv of a Linux job's motor-init (its executable sandbox::kSandboxInitPath): a `command`
+// through bash with the trap that reports its last pipeline (`pipestatus`, sandbox/pipestatus.hpp)
+// when the job's root has bash (the toolchain binds the host's /usr), else through /bin/sh -c;
+// an argv as given, with no report.
+std::vector<std::string> linux_init_argv(const protocol::RunParams& params, const sandbox::SandboxConfig& box);
 
 }  // namespace motor::runner

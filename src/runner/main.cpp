@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "motor/error_kind.hpp"
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
@@ -133,7 +134,7 @@ int serve(const motor::config::Config& config, const std::string& origin) {
     }
     if (auto s = runner.start(); !s) {
       log_error("cannot start: {}", s.error().message);
-      code = s.error().code == "config" ? kExitConfig : 1;
+      code = motor::kind_of(s.error()) == motor::ErrorKind::kConfig ? kExitConfig : 1;
     } else {
       uv_run(&loop, UV_RUN_DEFAULT);
       log_info("stopped");

@@ -5,6 +5,7 @@
 
 #include "bbrunner/action.hpp"
 #include "runner/host_workspace.hpp"
+#include "support/runner_harness.hpp"
 
 namespace motor {
 namespace {
@@ -84,6 +85,16 @@ TEST(BbRunRequest, TheDeadlineBecomesWholeSecondsRoundedUp) {
   EXPECT_EQ(bbrunner::timeout_from_deadline(now + std::chrono::milliseconds(1), now), 1);
   EXPECT_EQ(bbrunner::timeout_from_deadline(now - std::chrono::seconds(3), now), 1);
   EXPECT_EQ(bbrunner::timeout_from_deadline(std::chrono::system_clock::time_point::max(), now), std::nullopt);
+}
+
+// `--help` is asked for: the usage on stdout, exit 0; a mistake: the usage on stderr, exit 2.
+TEST(BbRunnerCommandLine, HelpPrintsTheUsageAndSucceeds) {
+  auto help = test::run_program({MOTOR_BB_RUNNER_BIN, "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("usage: motor-bb-runner"), std::string::npos) << help.out;
+  auto wrong = test::run_program({MOTOR_BB_RUNNER_BIN, "--no-such-option", "x"});
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("usage: motor-bb-runner"), std::string::npos) << wrong.err;
 }
 
 }  // namespace

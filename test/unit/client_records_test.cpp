@@ -130,5 +130,19 @@ TEST(ClientRecords, TheEndpointsOwnRefusalsAreCanonical) {
   EXPECT_TRUE(contains(t, R"("ran":"none","refusal_detail":")" + std::string(1024, 'x') + R"(","retry_after_ms":5000,"tree_hash":null)")) << t;
 }
 
+// The endpoint passes the runner's frames on with the caller's id: a frame whose "id" comes
+// first (as the runner writes them) is spliced, not parsed again; any other is re-encoded.
+TEST(ClientRecords, ARelayedFrameGetsTheCallersIdWithEverythingElseKept) {
+  EXPECT_EQ(*with_caller_id(R"({"id":12,"type":"output","seq":3})", 5), R"({"id":5,"type":"output","seq":3})");
+  EXPECT_EQ(*with_caller_id(R"({"id":-4,"result":{}})", 5), R"({"id":5,"result":{}})");
+  EXPECT_EQ(*with_caller_id(R"({"id":null,"error":{"code":"x","message":"y"}})", 5),
+            R"({"id":5,"error":{"code":"x","message":"y"}})");
+  EXPECT_EQ(*with_caller_id(R"({"id":7})", 5), R"({"id":5})");
+  // Not in the runner's order: parsed, "id" replaced where it stands.
+  EXPECT_EQ(*with_caller_id(R"({"type":"terminal", "id":12,"seq":9})", 5), R"({"type":"terminal","id":5,"seq":9})");
+  EXPECT_EQ(*with_caller_id(R"({"id":"12","x":1})", 5), R"({"id":5,"x":1})");
+  EXPECT_FALSE(with_caller_id("[1]", 5));
+}
+
 }  // namespace
 }  // namespace motor::client

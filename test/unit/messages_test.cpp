@@ -467,6 +467,63 @@ TEST(JobRef, FromSeqAtTheEdgeOfInt64) {
   EXPECT_FALSE(uint.ok());
 }
 
+// Issue 17: a from_seq that is present must be a whole number from 1; anything else is a
+// bad_request naming the field, never read as 0 or 1.
+TEST(JobRef, APresentFromSeqThatIsNotAWholeNumberIsRefusedNamingIt) {
+  simdjson::dom::parser parser;
+  const std::string prefix = R"({"job_id":")"s + kJobId + R"(","from_seq":)";
+  for (const std::string bad : {R"("5")", "-1", "1.5", "true", "[1]", R"({"n":1})", "1e300", "9223372036854775808"}) {
+    auto r = parse_job_ref(parser, prefix + bad + "}", true);
+    ASSERT_FALSE(r.ok()) << bad << " became " << r->from_seq;
+    EXPECT_EQ(r.error().code, "bad_request") << bad;
+    EXPECT_TRUE(contains(r.error().message, "field \"params.from_seq\"")) << bad << ": " << r.error().message;
+  }
+}
+
+// The vocabulary: a record's seq, when present, is a u64; anything else (null included) is a
+// decode error naming the field, never seq 0.
+TEST(Message, ARecordWhoseSeqIsNotAU64IsADecodeError) {
+  simdjson::dom::parser parser;
+  for (const std::string bad : {R"("7")", "null", "-1", "1.5", "[7]", "9223372036854775808"}) {
+    auto m = parse_message(parser, R"({"type":"future_record","seq":)" + bad + "}");
+    ASSERT_FALSE(m.ok()) << bad << " became seq " << m->seq;
+    EXPECT_EQ(m.error().code, "bad_request") << bad;
+    EXPECT_TRUE(contains(m.error().message, "field \"seq\"")) << bad << ": " << m.error().message;
+  }
+  auto ok = parse_message(parser, R"({"type":"future_record","seq":7})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->seq, 7);
+  auto none = parse_message(parser, R"({"type":"accepted","job_id":"x","queue_position":0})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->seq, 0);
+}
+
+// Issue 16 item 5: an error reply's code and a refusal's reason are parsed once, into types.
+TEST(Message, ErrorCodesAndRefusalReasonsAreTyped) {
+  simdjson::dom::parser parser;
+  auto stalled = parse_message(parser, R"({"id":2,"error":{"code":"stalled","message":"m"}})");
+  ASSERT_TRUE(stalled.ok());
+  EXPECT_EQ(stalled->error, ErrorCode::kStalled);
+  auto future = parse_message(parser, R"({"id":2,"error":{"code":"future_code","message":"m"}})");
+  ASSERT_TRUE(future.ok());
+  EXPECT_EQ(future->error, ErrorCode::kOther);
+  EXPECT_EQ(future->error_code, "future_code");
+  for (ErrorCode c : {ErrorCode::kBadRequest, ErrorCode::kUnauthorized, ErrorCode::kInternal, ErrorCode::kStalled,
+                      ErrorCode::kSessionTimeout, ErrorCode::kRunnerDiskFull}) {
+    EXPECT_EQ(parse_error_code(to_wire(c)), c) << to_wire(c);
+  }
+  auto network = parse_message(
+      parser, R"({"type":"terminal","job_id":"x","outcome":{"type":"refused_before_start","reason":"network_unsupported"}})");
+  ASSERT_TRUE(network.ok());
+  EXPECT_EQ(network->outcome.refusal, RefusalReason::kNetworkUnsupported);
+  auto unknown = parse_message(
+      parser, R"({"type":"terminal","job_id":"x","outcome":{"type":"refused_before_start","reason":"future_refusal"}})");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->outcome.refusal, std::nullopt);
+  EXPECT_EQ(unknown->outcome.reason, "future_refusal");
+  EXPECT_EQ(refused(RefusalReason::kRunnerFull).refusal, RefusalReason::kRunnerFull);
+}
+
 TEST(JobId, Format) {
   EXPECT_TRUE(is_job_id(kJobId));
   EXPECT_FALSE(is_job_id(""));

@@ -1,6 +1,6 @@
 // motor-init: PID 1 of a Linux job's PID namespace (DESIGN.md "A Linux job", issue 3).
 //
-//   motor-init [--] COMMAND [ARG...]
+//   motor-init [--test-keep-dumpable] [--pipestatus] [--] COMMAND [ARG...]
 //
 // Forks and execs COMMAND (PATH lookup as execvp), reaps every process that is re-parented to
 // it, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT (and SIGUSR1, SIGUSR2, SIGWINCH) to COMMAND, and
@@ -15,9 +15,14 @@
 // is not) and rewrite motor-init, or forge the signal report above. COMMAND is dumpable again
 // after its execve. `--test-keep-dumpable` (only the test build's runner passes it:
 // --test-weaken=init-nondumpable) leaves that out.
+// `--pipestatus`: COMMAND is the runner's `bash -c` with an EXIT trap that writes its last
+// pipeline's statuses to fd 254, a pipe only motor-init reads (init_report.hpp); when COMMAND
+// exits, a valid report that fits becomes motor-init's name ("|0|1"), which the runner reads as
+// it reads the signal's. Nothing in it changes the exit code.
 // It execs nothing but COMMAND, holds no state of the runner, and is linked statically so it
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
 // could not start it; 126: COMMAND not executable.
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +33,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "init_report.hpp"  // this directory: motor-init is built on its own
+
 namespace {
 
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
@@ -36,8 +43,59 @@ void say(const char* what, const char* detail) {
   std::fprintf(stderr, "motor-init: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
 }
 
+namespace report = motor::sandbox::init_report;
+
+// The shell's report pipe: the read end stays here (close-on-exec, non-blocking); the child puts
+// the write end at report::kPipestatusFd. False (and no report) if it cannot be made.
+struct ReportPipe {
+  int read_end = -1;
+  int write_end = -1;
+};
+
+bool open_report_pipe(ReportPipe& p) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  // Neither end may sit on the fd the child's write end goes to.
+  for (int& fd : fds) {
+    if (fd != report::kPipestatusFd) continue;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    fd = moved;
+  }
+  p.read_end = fds[0];
+  p.write_end = fds[1];
+  return p.read_end >= 0 && p.write_end >= 0;
+}
+
+// After the shell exited: what it left in the pipe (more than kMaxShellReport bytes is garbage),
+// as our name if it is a valid report that fits.
+void name_after_report(int read_end) {
+  char buf[report::kMaxShellReport + 1];
+  std::size_t have = 0;
+  for (;;) {
+    const ssize_t n = read(read_end, buf + have, sizeof buf - have);
+    if (n > 0) {
+      have += static_cast<std::size_t>(n);
+      if (have == sizeof buf) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // EOF, or EAGAIN: what a process the job left behind still holds open is not read
+  }
+  report::Statuses statuses;
+  char name[report::kMaxName + 1];
+  if (report::parse_shell_report(std::string_view(buf, have), statuses) && report::format_name(statuses, name)) {
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+  }
+}
+
+int g_report_fd = -1;  // the report pipe's read end, when --pipestatus
+
 [[noreturn]] void exit_like(int status) {
-  if (WIFEXITED(status)) std::_Exit(WEXITSTATUS(status));
+  if (WIFEXITED(status)) {
+    if (g_report_fd >= 0) name_after_report(g_report_fd);
+    std::_Exit(WEXITSTATUS(status));
+  }
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
   if (getpid() != 1) {  // not a namespace init: die the same way, so the parent sees the signal
     std::signal(sig, SIG_DFL);
@@ -53,19 +111,39 @@ void say(const char* what, const char* detail) {
   std::_Exit(128 + sig);
 }
 
+struct Options {
+  int first = 1;  // COMMAND's index in argv
+  bool keep_dumpable = false;
+  bool pipestatus = false;
+};
+
+// The options, in any order, then an optional "--".
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (; argc > o.first; ++o.first) {
+    if (std::strcmp(argv[o.first], "--test-keep-dumpable") == 0) {
+      o.keep_dumpable = true;
+    } else if (std::strcmp(argv[o.first], "--pipestatus") == 0) {
+      o.pipestatus = true;
+    } else {
+      break;
+    }
+  }
+  if (argc > o.first && std::strcmp(argv[o.first], "--") == 0) ++o.first;
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int first = 1;
-  if (argc > first && std::strcmp(argv[first], "--test-keep-dumpable") == 0) {
-    ++first;
-  } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+  const Options options = parse_options(argc, argv);
+  const int first = options.first;
+  if (!options.keep_dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     say("PR_SET_DUMPABLE", std::strerror(errno));
     return 127;
   }
-  if (argc > first && std::strcmp(argv[first], "--") == 0) ++first;
   if (first >= argc) {
-    say("usage: motor-init [--] COMMAND [ARG...]", nullptr);
+    say("usage: motor-init [--test-keep-dumpable] [--pipestatus] [--] COMMAND [ARG...]", nullptr);
     return 127;
   }
   // Orphans must come to us even when we are not PID 1 (a job run without a PID namespace).
@@ -87,6 +165,8 @@ int main(int argc, char** argv) {
     return 127;
   }
 
+  ReportPipe pipe_ends;
+  if (options.pipestatus && !open_report_pipe(pipe_ends)) say("no pipestatus report pipe", std::strerror(errno));
   const pid_t child = fork();
   if (child < 0) {
     say("fork", std::strerror(errno));
@@ -94,11 +174,16 @@ int main(int argc, char** argv) {
   }
   if (child == 0) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // dup2 leaves the new fd without close-on-exec; both originals close on exec.
+    if (pipe_ends.write_end >= 0) dup2(pipe_ends.write_end, report::kPipestatusFd);
     execvp(argv[first], argv + first);
     const int err = errno;
     std::fprintf(stderr, "motor-init: cannot execute %s: %s\n", argv[first], std::strerror(err));
     std::_Exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
   }
+
+  if (pipe_ends.write_end >= 0) close(pipe_ends.write_end);
+  g_report_fd = pipe_ends.read_end;
 
   sigset_t wanted;
   sigemptyset(&wanted);
