@@ -154,8 +154,26 @@ Status Runner::start() {
   }
   // After the state writer's fork: libvirt's connection is the runner's alone.
   vm_host_ = VmHost::create(loop_, config_, init_path_);
-  if (auto s = listen(); !s) return s;
-  return start_timers_and_signals();
+  awaiting_recovery_ = true;
+  if (recovery_scans_ == 0) {
+    evict_finished();
+    (void)save_state();
+    if (auto s = listen(); !s) return s;
+    return start_timers_and_signals();
+  }
+  log_info("recovery: {} lost job(s) have their workspace scanned; listening once that ends", recovery_scans_);
+  return {};
+}
+
+void Runner::finish_start() {
+  evict_finished();
+  (void)save_state();
+  Status s = listen();
+  if (s) s = start_timers_and_signals();
+  if (s) return;
+  log_error("cannot start: {}", s.error().message);
+  start_failure_ = s.error();
+  uv_stop(loop_);
 }
 
 Status Runner::start_timers_and_signals() {

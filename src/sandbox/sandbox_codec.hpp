@@ -52,7 +52,7 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box);
 // egress_netns_fd -1 and no newlink until use_egress_namespace.
 bool decode_sandbox_config(WireReader& r, SandboxConfig& box);
 
-// The spec's executable, argv, env, cwd, uid and gid.
+// The spec's executable, argv, env, cwd, uid, gid and die_with_parent.
 void encode_spawn_spec(WireWriter& w, const SpawnSpec& spec);
 bool decode_spawn_spec(WireReader& r, SpawnSpec& spec);
 
