@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace motor::reactor {
@@ -32,6 +34,8 @@ struct ChildProcess::Watch {
   bool exited = false;
   ChildExit result;
   std::function<void(std::string_view)> on_stdout;  // streamed instead of collected
+  std::function<void(pid_t)> before_reap;           // adopted children: peeks at /proc/PID first
+  pid_t pid = -1;
   size_t stdout_bytes = 0;
   char buf[64 * 1024];
 
@@ -134,6 +138,13 @@ struct ChildProcess::Watch {
   }
   // An adopted child's pidfd became readable.
   void reap() {
+    if (before_reap) {
+      siginfo_t peek{};
+      if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &peek, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          peek.si_pid != 0) {
+        std::exchange(before_reap, nullptr)(pid);
+      }
+    }
     siginfo_t info{};
     const int rc = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info, WEXITED | WNOHANG);
     if (rc == 0 && info.si_pid == 0) return;  // not yet
@@ -235,6 +246,7 @@ Expected<std::unique_ptr<ChildProcess>> ChildProcess::adopt(uv_loop_t* loop, pid
   auto* w = new Watch;
   w->result.max_stdout_bytes = max_stdout_bytes;
   w->pidfd = std::move(pidfd);
+  w->pid = pid;
   if (int rc = uv_timer_init(loop, &w->timer); !w->track(rc, &w->timer)) {
     w->close_all();
     return make_error("io", fmt::format("the deadline of {}: {}", pid, uv_strerror(rc)));
@@ -280,10 +292,19 @@ void ChildProcess::stream_stdout(std::function<void(std::string_view)> chunk) {
   if (watch_) watch_->on_stdout = std::move(chunk);
 }
 
+void ChildProcess::before_reap(std::function<void(pid_t)> peek) {
+  if (watch_) watch_->before_reap = std::move(peek);
+}
+
+void ChildProcess::kill() {
+  if (watch_) watch_->kill();
+}
+
 ChildProcess::~ChildProcess() {
   if (!watch_) return;
   watch_->owner = nullptr;
   watch_->done = nullptr;
+  watch_->before_reap = nullptr;
   watch_->kill();
 }
 

@@ -79,6 +79,12 @@ class ChildProcess {
   // must not destroy this ChildProcess.
   void stream_stdout(std::function<void(std::string_view)> chunk);
 
+  // An adopted child: `peek` runs once its pidfd says it exited, just before it is reaped (while
+  // /proc/PID still shows it: motor-init names the signal that killed its command there).
+  void before_reap(std::function<void(pid_t)> peek);
+  // SIGKILL now (the end is reported as usual).
+  void kill();
+
   pid_t pid() const { return pid_; }
   bool finished() const { return watch_ == nullptr; }
 

@@ -96,7 +96,7 @@ Status Job::begin_running(const JobLaunch& launch) {
 }
 
 Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-                  JobStarter& starter, const sandbox::Account& account) {
+                  sandbox::Starter& starter, const sandbox::Account& account) {
   cgroup_name_ = "job-" + id_;
   if (auto s = begin_running(launch); !s) return s;
   LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.executable, launch.argv, launch.env, launch.cwd,

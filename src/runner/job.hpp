@@ -17,7 +17,7 @@
 #include "runner/job_execution.hpp"
 #include "runner/job_log.hpp"
 #include "runner/job_record.hpp"
-#include "runner/job_starter.hpp"
+#include "sandbox/job_starter.hpp"
 #include "runner/job_state.hpp"
 #include "runner/session_id.hpp"
 #include "runner/start_steps.hpp"
@@ -80,7 +80,7 @@ class Job : private ExecutionSink {
   // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
   // watches it. On error nothing is left but the job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-               JobStarter& starter, const sandbox::Account& account);
+               sandbox::Starter& starter, const sandbox::Account& account);
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
   // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);

@@ -146,6 +146,7 @@ bool Runner::start_vm_job(Job& job, const PendingStart& pending, const std::stri
   auto spec = vm_host_->job_spec(job.id(), job.caller(), p.workspace_key, workspace_dir, job_command(p), env, launch.cpus,
                                  pending.memory_bytes, job_account_, std::move(prep_network));
   spec.cwd = pending.rel_cwd;  // validated as a Linux job's; it exists in the workspace (checked above)
+  spec.starter = &job_starter_;  // its preparation and disk tools start like a Linux job
   if (auto tree = workspaces_->prepared(job.caller(), p.workspace_key)) {
     launch.tree_hash = tree->tree;
     launch.bundle_bytes = tree->bundle_bytes;

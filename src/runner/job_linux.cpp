@@ -40,7 +40,7 @@ LinuxExecution::~LinuxExecution() = default;
 
 void LinuxExecution::log(const std::string& line) const { log_job(launch_.job_id, "{}", line); }
 
-Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, JobStarter& starter, const sandbox::SandboxConfig& box) {
+Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box) {
   sandbox::CgroupLimits limits;
   // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
   limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch_.memory_bytes;
@@ -78,39 +78,40 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, JobStarter& starter
   spec.cgroup = cgroup_.get();
   out_read_ = std::move(out_read);
   err_read_ = std::move(err_read);
+  sandbox::SandboxedChild::Events events;
+  events.start_failed = [this](const Error& e) { on_start_failed(e.message); };
+  events.spawned = [this](pid_t pid) { on_spawned(pid); };
+  events.execd = [this] { on_execd(); };
+  events.exited = [this](sandbox::SandboxedExit e) { on_exit(std::move(e)); };
   {
     reactor::SlowCall timed("spawning a job");
-    starter.spawn(box, spec, [this](Expected<sandbox::SpawnedProcess> spawned) { on_spawned(std::move(spawned)); });
+    // Its output pipes are read here (a full disk pauses them), not by the child's watch.
+    child_ = sandbox::SandboxedChild::start(loop_, starter, box, spec, {}, std::move(events));
   }  // our ends of the job's pipes close here: the starter (or the child) holds its own
   return {};
 }
 
-void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
-  if (!spawned) {
-    out_read_.reset();
-    err_read_.reset();
-    log_error("job {}: could not start: {}", launch_.job_id, spawned.error().message);
-    cgroup_.reset();  // killed and removed: a starter that died after its clone3 may have left the job
-    return sink_.execution_start_failed(spawned.error().message);  // may destroy this
-  }
-  pid_ = spawned->pid;
-  pidfd_ = std::move(spawned->pidfd);
-  setup_status_ = std::move(spawned->setup_status);
-  fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+void LinuxExecution::on_start_failed(const std::string& why) {
+  out_read_.reset();
+  err_read_.reset();
+  log_error("job {}: could not start: {}", launch_.job_id, why);
+  cgroup_.reset();  // killed and removed: a starter that died after its clone3 may have left the job
+  sink_.execution_start_failed(why);  // may destroy this
+}
 
+void LinuxExecution::on_spawned(pid_t pid) {
+  pid_ = pid;
   stdout_ = std::make_unique<OutputPipe>();
   stderr_ = std::make_unique<OutputPipe>();
   stdout_->kind = JobLog::Kind::kStdout;
   stderr_->kind = JobLog::Kind::kStderr;
-  if (auto s = watch_process(); !s) {
+  if (auto s = watch_output(); !s) {
     // Unwatched, the job could not be followed: it is killed and refused.
     log_error("job {}: could not watch it: {}", launch_.job_id, s.error().message);
-    (void)cgroup_->kill_all();
     stdout_.reset();
     stderr_.reset();
-    pidfd_poll_.close();
-    setup_poll_.close();
-    cgroup_.reset();
+    child_.reset();  // killed, and reaped on the loop
+    cgroup_.reset();  // what else is in it is killed, and the cgroup removed (or reaped)
     return sink_.execution_start_failed(s.error().message);  // may destroy this
   }
   watch_oom();
@@ -122,7 +123,7 @@ void LinuxExecution::on_spawned(Expected<sandbox::SpawnedProcess> spawned) {
   if (kill_issued_) kill(std::nullopt);
 }
 
-Status LinuxExecution::watch_process() {
+Status LinuxExecution::watch_output() {
   for (auto* p : {stdout_.get(), stderr_.get()}) {
     p->owner = this;
     UniqueFd& read_end = p == stdout_.get() ? out_read_ : err_read_;
@@ -131,20 +132,7 @@ Status LinuxExecution::watch_process() {
     (void)read_end.release();  // the pipe handle owns it now
     if (auto s = start_reading(*p); !s) return s;
   }
-  int rc = pidfd_poll_.init(this, uv_poll_init, loop_, pidfd_.get());
-  if (rc == 0) {
-    rc = uv_poll_start(pidfd_poll_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
-      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->on_exit();
-    });
-  }
-  if (auto s = reactor::uv_status(rc, "watching the job's pidfd"); !s) return s;
-  rc = setup_poll_.init(this, uv_poll_init, loop_, setup_status_.get());
-  if (rc == 0) {
-    rc = uv_poll_start(setup_poll_.get(), UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int, int) {
-      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->confirm_started();
-    });
-  }
-  return reactor::uv_status(rc, "watching the job's setup status");
+  return {};
 }
 
 Status LinuxExecution::start_reading(OutputPipe& out) {
@@ -160,35 +148,17 @@ Status LinuxExecution::start_reading(OutputPipe& out) {
   return reactor::uv_status(rc, "reading the job's output");
 }
 
-void LinuxExecution::confirm_started() {
-  if (started_confirmed_ || !setup_status_) return;
-  char buf[512];
-  const ssize_t n = ::read(setup_status_.get(), buf, sizeof buf);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;  // not exec'd yet
+void LinuxExecution::on_execd() {
+  if (started_confirmed_) return;
   started_confirmed_ = true;
-  setup_poll_.close();
-  setup_status_.reset();
-  if (n > 0) setup_error_.assign(buf, static_cast<size_t>(n));
-  const bool exec_failed = setup_error_.rfind("exec:", 0) == 0;
-  if (!setup_error_.empty() && !exec_failed) {
-    log("the sandbox could not be set up: " + setup_error_);
-    return;  // refused before start: no `started` record
-  }
   sink_.execution_started();
-  if (exec_failed) {
-    // As a shell reports a command it cannot run: a message on stderr and exit status 127.
-    (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
-  }
 }
 
 void LinuxExecution::on_output(OutputPipe& out, ssize_t nread) {
   if (nread > 0) {
-    confirm_started();
-    if (!started_confirmed_) {
-      // Output can only come after exec, so the status pipe is at EOF already; be safe anyway.
-      started_confirmed_ = true;
-      sink_.execution_started();
-    }
+    // Output can only come after exec, so the status pipe is at EOF already.
+    if (child_) child_->check_setup();
+    on_execd();
     append_output(out, std::string_view(out.buf, static_cast<size_t>(nread)));
     return;
   }
@@ -249,22 +219,23 @@ void LinuxExecution::shutdown() {
   if (stdout_ && stderr_) retry_pending_output();
 }
 
-void LinuxExecution::on_exit() {
+void LinuxExecution::on_exit(sandbox::SandboxedExit exit) {
   if (exited_) return;
-  const int init_signal = sandbox::init_reported_signal(pid_);  // read before the reap frees the pid
-  auto pipestatus = sandbox::init_reported_pipestatus(pid_);   // the same
-  auto status = sandbox::reap_pidfd(pidfd_.get());
-  if (!status) return;  // spurious wakeup
   exited_ = true;
-  wait_status_ = *status;
-  // The command died of a signal inside the sandbox: report it as that signal, not as 128+N.
-  if (init_signal && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 128 + init_signal) wait_status_ = init_signal;
-  if (pipestatus && WIFEXITED(wait_status_) && sandbox::pipestatus_reportable(*pipestatus, WEXITSTATUS(wait_status_))) {
-    pipestatus_ = std::move(pipestatus);
+  wait_status_ = exit.wait_status;
+  if (exit.init_pipestatus && WIFEXITED(wait_status_) &&
+      sandbox::pipestatus_reportable(*exit.init_pipestatus, WEXITSTATUS(wait_status_))) {
+    pipestatus_ = std::move(exit.init_pipestatus);
   }
-  pidfd_poll_.close();
-  pidfd_.reset();
-  confirm_started();
+  setup_error_ = std::move(exit.setup_failure);
+  const bool exec_failed = setup_error_.rfind("exec:", 0) == 0;
+  if (!setup_error_.empty() && !exec_failed) {
+    log("the sandbox could not be set up: " + setup_error_);  // refused before start: no `started` record
+  } else {
+    on_execd();  // a command killed before it was seen to exec is reported as started, as it always was
+    // As a shell reports a command it cannot run: a message on stderr and exit status 127.
+    if (exec_failed) (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
+  }
   sink_.execution_exited();
   check_empty();
 }
@@ -325,10 +296,10 @@ void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;
   if (control_weakened("cgroup-kill")) {  // test build only: the main process alone is killed
-    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    if (child_ && !exited_) child_->kill();
   } else if (auto s = cgroup_->kill_all(); !s) {
     log("killing the cgroup failed: " + s.error().message + "; signalling the main process");
-    if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    if (child_ && !exited_) child_->kill();
   }
   if (exited_) check_empty();
 }
@@ -393,7 +364,6 @@ void LinuxExecution::maybe_end() {
   ended_ = true;
   empty_poll_.close();
   retry_timer_.close();
-  setup_poll_.close();
   // The pipes are closed; their read buffers need not outlive the job.
   stdout_.reset();
   stderr_.reset();

@@ -16,11 +16,10 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job_execution.hpp"
-#include "runner/job_starter.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
-#include "sandbox/sandbox_plan.hpp"
-#include "sandbox/spawn.hpp"
+#include "sandbox/sandboxed_child.hpp"
+#include "sandbox/starter.hpp"
 
 namespace motor::runner {
 
@@ -42,7 +41,7 @@ class LinuxExecution : public Execution {
   ~LinuxExecution() override;
 
   // Creates the cgroup and asks the starter to spawn `box`. On error nothing is left.
-  Status start(sandbox::CgroupDriver& cgroups, JobStarter& starter, const sandbox::SandboxConfig& box);
+  Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
 
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;
@@ -57,16 +56,17 @@ class LinuxExecution : public Execution {
     std::string pending;  // a chunk the log could not take yet (disk full): reading pauses
     char buf[64 * 1024];
   };
-  // The job starter's answer: watch the process, or end the job as refused.
-  void on_spawned(Expected<sandbox::SpawnedProcess> spawned);
-  Status watch_process();  // the output pipes, the pidfd and the setup-status pipe on the loop
+  // The sandboxed child's events (sandbox/sandboxed_child.hpp).
+  void on_spawned(pid_t pid);                     // watch the output pipes
+  void on_start_failed(const std::string& why);   // the job ends as refused
+  void on_execd();                                // the `started` record
+  void on_exit(sandbox::SandboxedExit exit);
+  Status watch_output();
   Status start_reading(OutputPipe& out);
   void resume_reading(OutputPipe& out);  // after a pause; a failure ends the stream
-  void confirm_started();
   void on_output(OutputPipe& out, ssize_t nread);
   bool append_output(OutputPipe& out, std::string_view bytes);
   void retry_pending_output();
-  void on_exit();
   void watch_oom();
   // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
   void on_oom_event(bool woken);
@@ -79,7 +79,7 @@ class LinuxExecution : public Execution {
   LinuxLaunch launch_;
   ExecutionSink& sink_;
   std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  UniqueFd pidfd_, setup_status_;
+  std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;
   bool started_confirmed_ = false;
@@ -93,8 +93,6 @@ class LinuxExecution : public Execution {
   bool shutting_down_ = false;
   int leftover_polls_ = 0;    // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
-  reactor::UvHandle<uv_poll_t> pidfd_poll_;
-  reactor::UvHandle<uv_poll_t> setup_poll_;    // the child's setup status: EOF once exec'd
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
   reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
   std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms

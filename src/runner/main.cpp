@@ -116,7 +116,10 @@ int serve(const motor::config::Config& config, const std::string& origin) {
   using namespace motor::runner;
   using namespace motor::config;
   uv_loop_t loop;
-  uv_loop_init(&loop);
+  if (const int rc = uv_loop_init(&loop); rc != 0) {
+    log_error("cannot start: the event loop: {}", uv_strerror(rc));
+    return 1;
+  }
   int code = 0;
   {
     Runner runner(&loop, config);
@@ -137,7 +140,11 @@ int serve(const motor::config::Config& config, const std::string& origin) {
       code = motor::kind_of(s.error()) == motor::ErrorKind::kConfig ? kExitConfig : 1;
     } else {
       uv_run(&loop, UV_RUN_DEFAULT);
-      log_info("stopped");
+      if (const auto& failed = runner.start_failure()) {
+        code = failed->code == "config" ? kExitConfig : 1;
+      } else {
+        log_info("stopped");
+      }
     }
   }
   // Let every handle's close callback run, then release the loop.

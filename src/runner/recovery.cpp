@@ -12,12 +12,10 @@ namespace motor::runner {
 namespace {
 
 // At start-up only (before the loop serves anyone): kills what a dead runner left in a job
-// cgroup (the layout's own kill: v1 freezes first), waits up to 10 s for it to empty, and removes
-// it. One still busy after that goes to the reaper when the handle is dropped.
-Status kill_and_remove(sandbox::JobCgroup& cg) {
-  (void)cg.kill_all();
-  return sandbox::reap_now(sandbox::remains_of(cg, cg.name()), 10000);
-}
+// cgroup, waits up to 10 s for it to empty, and removes it; reap_now kills on each attempt
+// (cgroup.kill, or SIGKILL to every pid listed), so nothing is killed twice. One still busy after
+// that goes to the reaper when the handle is dropped.
+Status kill_and_remove(sandbox::JobCgroup& cg) { return sandbox::reap_now(sandbox::remains_of(cg, cg.name()), 10000); }
 
 }  // namespace
 
@@ -63,25 +61,17 @@ Status Runner::recover() {
       if (auto s = kill_and_remove(**cg); !s) log_warning("removing the leftover cgroup {}: {}", name, s.error().message);
     }
   }
-  evict_finished();
-  (void)save_state();
   return {};
 }
 
-void Runner::recovered_workspace_fields(const PersistedJob& pj, bool scan, protocol::TerminalRecord& t) {
+bool Runner::recovered_workspace_fields(const PersistedJob& pj, protocol::TerminalRecord& t) {
   // No prepare can have run while the job was queued or running (prepare waits for its jobs):
   // the workspace holds the tree the job was to run against.
   auto tree = workspaces_->prepared(pj.caller, pj.workspace_key);
-  if (!tree) return;
+  if (!tree) return false;
   t.tree_hash = tree->tree;
   t.bundle_bytes = tree->bundle_bytes;
-  if (!scan) return;
-  std::optional<workspace::Workspaces::JobReport> report;
-  workspaces_->scan(pj.caller, pj.workspace_key, 0, [&report](workspace::Workspaces::JobReport r) { report = std::move(r); });
-  // Start-up only: the loop serves nothing yet, and the scan is bounded by its own timeout.
-  while (!report && uv_run(loop_, UV_RUN_ONCE) != 0) {
-  }
-  if (report) t.workspace = std::move(report->fields);
+  return true;
 }
 
 // Queued when the runner died: exec-remote/v1 grades it outcome_unknown (ran "none": its
@@ -92,7 +82,7 @@ void Runner::recover_queued(PersistedJob& pj) {
   t.job_id = pj.job_id;
   t.outcome.kind = protocol::Outcome::Kind::kOutcomeUnknown;
   t.ran = protocol::Ran::kNone;
-  recovered_workspace_fields(pj, false, t);
+  recovered_workspace_fields(pj, t);
   std::string terminal;
   if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
     t.seq = log->last_seq() + 1;
@@ -119,23 +109,34 @@ void Runner::recover_unfinished(PersistedJob& pj, std::set<std::string>& known_c
   t.job_id = pj.job_id;
   t.outcome.kind = protocol::Outcome::Kind::kOutcomeUnknown;
   t.ran = protocol::Ran::kRemote;
+  auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes);
+  if (!log) return record_unfinished(pj, protocol::encode_terminal(t), true);
+  // The job may have ended and had its terminal record logged just before the crash.
+  if (auto logged = log->last_terminal()) return record_unfinished(pj, std::move(*logged), false);
+  if (!recovered_workspace_fields(pj, t)) return log_unknown_terminal(pj, std::move(t));
+  // It ran on its workspace: what it changed there is scanned first, a child on the loop like
+  // any scan (bounded by its own timeout); the runner listens once every such scan has ended.
+  ++recovery_scans_;
+  workspaces_->scan(pj.caller, pj.workspace_key, 0, [this, pj, t](workspace::Workspaces::JobReport r) mutable {
+    t.workspace = std::move(r.fields);
+    log_unknown_terminal(pj, std::move(t));
+    if (--recovery_scans_ == 0 && awaiting_recovery_) finish_start();
+  });
+}
+
+void Runner::log_unknown_terminal(const PersistedJob& pj, protocol::TerminalRecord t) {
   std::string terminal;
-  bool unknown = true;
   if (auto log = JobLog::open(job_dir(pj.job_id), config_.job_log_max_bytes)) {
-    // The job may have ended and had its terminal record logged just before the crash.
-    if (auto logged = log->last_terminal()) {
-      terminal = std::move(*logged);
-      unknown = false;
-    }
-    if (terminal.empty()) {
-      recovered_workspace_fields(pj, true, t);
-      t.seq = log->last_seq() + 1;
-      terminal = protocol::encode_terminal(t);
-      if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) log_warning("job {}: {}", pj.job_id, seq.error().message);
-    }
+    t.seq = log->last_seq() + 1;
+    terminal = protocol::encode_terminal(t);
+    if (auto seq = log->append(JobLog::Kind::kRecord, terminal); !seq) log_warning("job {}: {}", pj.job_id, seq.error().message);
   } else {
     terminal = protocol::encode_terminal(t);
   }
+  record_unfinished(pj, std::move(terminal), true);
+}
+
+void Runner::record_unfinished(const PersistedJob& pj, std::string terminal, bool unknown) {
   if (unknown) metrics_.job_finished("outcome_unknown");
   log_warning("job {} was running when the runner stopped; its processes were killed; outcome: {}", pj.job_id,
               unknown ? "unknown" : "recorded before the stop");

@@ -78,6 +78,27 @@ Runner::~Runner() {
   }
 }
 
+namespace {
+
+// The layout's driver, its busy cgroups ending through `reaper`, and the parent's lock (`lock`).
+Expected<std::unique_ptr<sandbox::CgroupDriver>> open_cgroups(const config::Config& config, sandbox::CgroupReaper& reaper,
+                                                              UniqueFd& lock) {
+  auto pref = sandbox::CgroupPreference::kAuto;
+  if (config.cgroup_mode == config::CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
+  if (config.cgroup_mode == config::CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
+  auto cgroups = sandbox::detect_cgroups(config.cgroup_parent, pref);
+  if (!cgroups) return cgroups.error();
+  (*cgroups)->set_reaper(&reaper);
+  // Recovery kills and removes every job cgroup under the parent: never another runner's.
+  auto cgroup_lock = lock_cgroup_parent("/sys/fs/cgroup", config.cgroup_parent);
+  if (!cgroup_lock) return cgroup_lock.error();
+  lock = std::move(*cgroup_lock);
+  log_info("cgroups: {} layout, parent \"{}\"", (*cgroups)->layout(), config.cgroup_parent);
+  return std::move(*cgroups);
+}
+
+}  // namespace
+
 Status Runner::start() {
   reactor::SlowCall::set_reporter([](std::string_view what, uint64_t us) {
     log_warning("{} stalled the loop for {:.1f} ms", what, static_cast<double>(us) / 1000.0);
@@ -116,18 +137,9 @@ Status Runner::start() {
   remove_interrupted_saves(config_.state_dir);
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
 
-  auto pref = sandbox::CgroupPreference::kAuto;
-  if (config_.cgroup_mode == config::CgroupMode::kV1) pref = sandbox::CgroupPreference::kV1;
-  if (config_.cgroup_mode == config::CgroupMode::kV2) pref = sandbox::CgroupPreference::kV2;
-  auto cgroups = sandbox::detect_cgroups(config_.cgroup_parent, pref);
+  auto cgroups = open_cgroups(config_, cgroup_reaper_, cgroup_parent_lock_);
   if (!cgroups) return cgroups.error();
   cgroups_ = std::move(*cgroups);
-  cgroups_->set_reaper(&cgroup_reaper_);
-  // Recovery kills and removes every job cgroup under the parent: never another runner's.
-  auto cgroup_lock = lock_cgroup_parent("/sys/fs/cgroup", config_.cgroup_parent);
-  if (!cgroup_lock) return cgroup_lock.error();
-  cgroup_parent_lock_ = std::move(*cgroup_lock);
-  log_info("cgroups: {} layout, parent \"{}\"", cgroups_->layout(), config_.cgroup_parent);
 
   // Job memory caps are reserved against the host's memory less the operator's reserve.
   // Job memory caps are reserved against the host's memory less the operator's reserve.
@@ -155,8 +167,26 @@ Status Runner::start() {
   }
   // After the state writer's fork: libvirt's connection is the runner's alone.
   vm_host_ = VmHost::create(loop_, config_, init_path_);
-  if (auto s = listen(); !s) return s;
-  return start_timers_and_signals();
+  awaiting_recovery_ = true;
+  if (recovery_scans_ == 0) {
+    evict_finished();
+    (void)save_state();
+    if (auto s = listen(); !s) return s;
+    return start_timers_and_signals();
+  }
+  log_info("recovery: {} lost job(s) have their workspace scanned; listening once that ends", recovery_scans_);
+  return {};
+}
+
+void Runner::finish_start() {
+  evict_finished();
+  (void)save_state();
+  Status s = listen();
+  if (s) s = start_timers_and_signals();
+  if (s) return;
+  log_error("cannot start: {}", s.error().message);
+  start_failure_ = s.error();
+  uv_stop(loop_);
 }
 
 Status Runner::start_timers_and_signals() {

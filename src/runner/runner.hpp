@@ -23,8 +23,8 @@
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
-#include "runner/job_starter.hpp"
 #include "runner/systemd_units.hpp"
+#include "sandbox/job_starter.hpp"
 #include "runner/job_table.hpp"
 #include "runner/method_table.hpp"
 #include "runner/notify.hpp"
@@ -59,8 +59,11 @@ class Runner : public JobHost, private AdmissionHost {
   Runner(uv_loop_t* loop, config::Config config);
   ~Runner() override;
 
-  // Checks the accounts and cgroups, recovers what an earlier runner left, and listens.
+  // Checks the accounts and cgroups, recovers what an earlier runner left, and listens (once
+  // the recovered jobs' workspace scans have ended on the loop: a failure then stops the loop,
+  // and start_failure() says why).
   Status start();
+  const std::optional<Error>& start_failure() const { return start_failure_; }
 
   const config::Config& config() const { return config_; }
   // Where SIGHUP reads the config again (unset: SIGHUP only logs that nothing was reloaded).
@@ -69,7 +72,7 @@ class Runner : public JobHost, private AdmissionHost {
   void reload();
   uv_loop_t* loop() const override { return loop_; }
   const sandbox::Account& job_account() const { return job_account_; }
-  JobStarter& job_starter() { return job_starter_; }
+  sandbox::JobStarter& job_starter() { return job_starter_; }
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
   // Where a job's record lives and how it is bounded.
   RecordSettings record_settings(const std::string& job_id) const {
@@ -115,12 +118,21 @@ class Runner : public JobHost, private AdmissionHost {
 
  private:
   // recovery.cpp: what an earlier runner left (state.json, job logs, cgroups).
-  Status recover();
+  Status recover();  // may leave workspace scans running (recovery_scans_)
+  int recovery_scans_ = 0;
+  bool awaiting_recovery_ = false;  // start() has done the rest: the last scan calls finish_start
+  std::optional<Error> start_failure_;
   void recover_queued(PersistedJob& pj);
   void recover_unfinished(PersistedJob& pj, std::set<std::string>& known_cgroups);
-  // A lost job's workspace fields (start-up only): the tree its prepared workspace holds and,
-  // if `scan` (it ran), what it changed there, scanned now, before the loop serves anyone.
-  void recovered_workspace_fields(const PersistedJob& pj, bool scan, protocol::TerminalRecord& t);
+  // A lost job's workspace fields: the tree its prepared workspace holds (false: none).
+  bool recovered_workspace_fields(const PersistedJob& pj, protocol::TerminalRecord& t);
+  // A lost job's terminal record (outcome_unknown) logged after its other records, and the job
+  // restored with it.
+  void log_unknown_terminal(const PersistedJob& pj, protocol::TerminalRecord t);
+  void record_unfinished(const PersistedJob& pj, std::string terminal, bool unknown);
+  // After recovery (and its workspace scans, which run on the loop): the state is saved and the
+  // runner listens. A failure here stops the loop; start_failure() says why.
+  void finish_start();
   void restore_job(const PersistedJob& pj, std::string terminal_json);
   Status listen();
 
@@ -220,7 +232,7 @@ class Runner : public JobHost, private AdmissionHost {
   void expire_histories();
   std::vector<StateWriter::Waiter> after_save_;
   StateWriter state_writer_;
-  JobStarter job_starter_;
+  sandbox::JobStarter job_starter_;
   std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)

@@ -72,29 +72,38 @@ VmHost::~VmHost() {
 }
 
 void VmHost::setup(const std::string& init_path) {
-  const config::Config& c = config_;
-  if (c.vm_image.empty()) {
+  if (config_.vm_image.empty()) {
     unavailable_ = "this runner does not run \"windows\" jobs (vm_image is not set in its config)";
     return;
   }
-  for (const std::string* f : {&c.vm_image, &c.vm_kernel, &c.vm_initrd}) {
-    struct stat st {};
-    if (!f->empty() && (stat(f->c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
-      unavailable_ = *f + " (from the config) is not a file";
-      return;
-    }
-  }
-  auto qemu = sandbox::lookup_unprivileged_account("motor-qemu");
-  if (!qemu) {
-    unavailable_ = "the motor-qemu account: " + qemu.error().message + " (scripts/setup creates it)";
+  if (auto why = check_files_and_accounts(init_path)) {
+    unavailable_ = *why;
     return;
   }
+  if (auto why = connect_libvirt()) {
+    unavailable_ = *why;
+    return;
+  }
+  if (auto why = choose_accelerator()) {
+    unavailable_ = *why;
+    return;
+  }
+  recover_leftovers();
+}
+
+std::optional<std::string> VmHost::check_files_and_accounts(const std::string& init_path) {
+  const config::Config& c = config_;
+  for (const std::string* f : {&c.vm_image, &c.vm_kernel, &c.vm_initrd}) {
+    struct stat st {};
+    if (!f->empty() && (stat(f->c_str(), &st) != 0 || !S_ISREG(st.st_mode))) return *f + " (from the config) is not a file";
+  }
+  auto qemu = sandbox::lookup_unprivileged_account("motor-qemu");
+  if (!qemu) return "the motor-qemu account: " + qemu.error().message + " (scripts/setup creates it)";
   qemu_account_ = *qemu;
   if (!c.vm_prepare_command.empty()) {
     auto prep = sandbox::lookup_unprivileged_account("motor-prep");
     if (!prep) {
-      unavailable_ = "the motor-prep account (vm_prepare_command is set): " + prep.error().message + " (scripts/setup creates it)";
-      return;
+      return "the motor-prep account (vm_prepare_command is set): " + prep.error().message + " (scripts/setup creates it)";
     }
     prep_account_ = *prep;
   }
@@ -105,56 +114,46 @@ void VmHost::setup(const std::string& init_path) {
     const std::string exe(self, static_cast<size_t>(n));
     helper_path_ = exe.substr(0, exe.rfind('/')) + "/motor-vm-helper";
   }
-  if (access(helper_path_.c_str(), X_OK) != 0) {
-    unavailable_ = "motor-vm-helper is not at " + helper_path_ + " (it is built beside motor-runner)";
-    return;
-  }
+  if (access(helper_path_.c_str(), X_OK) != 0) return "motor-vm-helper is not at " + helper_path_ + " (it is built beside motor-runner)";
   for (const std::string* dir : {&c.vm_dir, &c.vm_data_dir}) {
     std::error_code ec;
     std::filesystem::create_directories(*dir, ec);
     if (ec || chmod(dir->c_str(), 0711) != 0) {
-      unavailable_ = "cannot create " + *dir + ": " + (ec ? ec.message() : std::string(std::strerror(errno)));
-      return;
+      return "cannot create " + *dir + ": " + (ec ? ec.message() : std::string(std::strerror(errno)));
     }
-    if (auto why = unsearchable_ancestor(*dir)) {
-      unavailable_ = *why + " (vm_dir / vm_data_dir)";
-      return;
-    }
+    if (auto why = unsearchable_ancestor(*dir)) return *why + " (vm_dir / vm_data_dir)";
   }
+  return std::nullopt;
+}
 
+std::optional<std::string> VmHost::connect_libvirt() {
   virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});  // errors are read from return values, not printed
-  if (auto s = reactor::register_libvirt_loop(loop_); !s) {
-    unavailable_ = s.error().message;
-    return;
-  }
+  if (auto s = reactor::register_libvirt_loop(loop_); !s) return s.error().message;
   {
     reactor::SlowCall timed("connecting to libvirt");
-    conn_ = virConnectOpen(c.libvirt_uri.c_str());
+    conn_ = virConnectOpen(config_.libvirt_uri.c_str());
   }
-  if (!conn_) {
-    unavailable_ = "cannot connect to libvirt at " + c.libvirt_uri + " (libvirt_uri): " + libvirt_error();
-    return;
-  }
+  if (!conn_) return "cannot connect to libvirt at " + config_.libvirt_uri + " (libvirt_uri): " + libvirt_error();
   // Keepalives and domain events run on the runner's loop from now on.
   if (virConnectSetKeepAlive(conn_, 5, 3) != 0) log_warning("libvirt keepalive: {}", libvirt_error());
   lifecycle_callback_ = virConnectDomainEventRegisterAny(conn_, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                                          VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), nullptr, nullptr);
+  return std::nullopt;
+}
 
-  // KVM as QEMU will use it: probed as motor-qemu, not asked of libvirt (which probes as root
-  // and reports KVM where motor-qemu cannot open /dev/kvm or the KVM cannot boot a stock kernel).
+// KVM as QEMU will use it: probed as motor-qemu, not asked of libvirt (which probes as root
+// and reports KVM where motor-qemu cannot open /dev/kvm or the KVM cannot boot a stock kernel).
+std::optional<std::string> VmHost::choose_accelerator() {
   std::optional<std::string> kvm_unusable;
-  if (c.vm_accelerator != vm::Accelerator::kTcg) {
+  if (config_.vm_accelerator != vm::Accelerator::kTcg) {
     reactor::SlowCall timed("probing KVM as motor-qemu");
     kvm_unusable = vm::kvm_unusable(qemu_account_);
   }
-  const vm::AcceleratorChoice choice = vm::choose_accelerator(c.vm_accelerator, c.allow_emulation, kvm_unusable);
-  if (choice.refused) {
-    unavailable_ = *choice.refused;
-    return;
-  }
+  const vm::AcceleratorChoice choice = vm::choose_accelerator(config_.vm_accelerator, config_.allow_emulation, kvm_unusable);
+  if (choice.refused) return *choice.refused;
   emulated_ = choice.emulated;
   if (emulated_ && kvm_unusable) log_info("windows jobs: not KVM because {}", *kvm_unusable);
-  recover_leftovers();
+  return std::nullopt;
 }
 
 // Job directories in vm_dir belong to VM jobs of a runner that stopped without tearing them down:

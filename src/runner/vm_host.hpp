@@ -45,7 +45,11 @@ class VmHost {
 
  private:
   VmHost(uv_loop_t* loop, const config::Config& config) : loop_(loop), config_(config), retirement_(loop) {}
+  // Set-up in steps; each returns why windows jobs cannot run here, or nullopt.
   void setup(const std::string& init_path);
+  std::optional<std::string> check_files_and_accounts(const std::string& init_path);
+  std::optional<std::string> connect_libvirt();
+  std::optional<std::string> choose_accelerator();
   void recover_leftovers();
 
   uv_loop_t* loop_;

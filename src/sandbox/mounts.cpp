@@ -260,14 +260,11 @@ MountScratch make_mount_scratch(const MountPlan& plan) {
   return scratch;
 }
 
-int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stage) {
-  // 1. Nothing we do may propagate back to the host.
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    stage = "mounts: make / recursively private";
-    return errno;
-  }
-  // 2. Capture every bind source now, as a detached copy of its mount tree with the final flags,
-  //    before anything is mounted over the host's paths.
+namespace {
+
+// Step 2: every bind source captured now, as a detached copy of its mount tree with the final
+// flags, before anything is mounted over the host's paths.
+int capture_bind_sources(const MountPlan& plan, MountScratch& scratch, const char*& stage) {
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const MountOp& op = plan.ops[i];
     if (op.kind != MountOpKind::kBind) continue;
@@ -292,31 +289,33 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
     }
     if (mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) return errno;
   }
-  // 3. The new root: an empty tmpfs, attached at the staging directory.
-  int root = -1;
+  return 0;
+}
+
+// Step 3: the new root, an empty tmpfs attached at the staging directory. Sets `root` (the
+// caller closes it) or returns an errno.
+int attach_new_root(const MountPlan& plan, int& root, const char*& stage) {
   stage = "mounts: new root tmpfs";
-  {
-    const int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
-    if (fs < 0) return errno;
-    int err = 0;
-    if (fsconfig(fs, FSCONFIG_SET_STRING, "size", plan.root_size.c_str(), 0) != 0 ||
-        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) != 0 ||
-        fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-      err = errno;
-    } else {
-      root = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-      if (root < 0) err = errno;
-    }
-    close(fs);
-    if (err != 0) return err;
+  const int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+  if (fs < 0) return errno;
+  int err = 0;
+  if (fsconfig(fs, FSCONFIG_SET_STRING, "size", plan.root_size.c_str(), 0) != 0 ||
+      fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) != 0 ||
+      fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    err = errno;
+  } else {
+    root = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (root < 0) err = errno;
   }
+  close(fs);
+  if (err != 0) return err;
   stage = "mounts: attach the new root at the staging directory";
-  if (move_mount(root, "", AT_FDCWD, plan.staging.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-    const int err = errno;
-    close(root);
-    return err;
-  }
-  // 4. Everything, parents first.
+  if (move_mount(root, "", AT_FDCWD, plan.staging.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) return errno;
+  return 0;
+}
+
+// Step 4: every op below `root`, parents first, then the binds that turn read-only.
+int place_all(const MountPlan& plan, MountScratch& scratch, int root, const char*& stage) {
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const MountOp& op = plan.ops[i];
     stage = op.stage.c_str();
@@ -326,11 +325,7 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
       mount_attr attr{};
       attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
       attr.propagation = MS_PRIVATE;
-      if (scratch.fds[i] < 0 || mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
-        const int err = errno;
-        close(root);
-        return err;
-      }
+      if (scratch.fds[i] < 0 || mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) return errno;
     }
     int dir = -1;
     int err = walk_parents(root, op, dir);
@@ -338,38 +333,43 @@ int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stag
       err = place(op, dir, scratch.fds[i]);
       if (dir != root) close(dir);
     }
-    if (err != 0) {
-      close(root);
-      return err;
-    }
+    if (err != 0) return err;
   }
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     if (!plan.ops[i].read_only_after) continue;
     stage = plan.ops[i].stage.c_str();
-    if (int err = set_read_only(scratch.fds[i]); err != 0) {
-      close(root);
-      return err;
-    }
+    if (int err = set_read_only(scratch.fds[i]); err != 0) return err;
   }
-  for (int& fd : scratch.fds) close_if(fd);
-  // 5. pivot_root into it and detach the old root: nothing of the host stays reachable.
+  return 0;
+}
+
+// Step 5: pivot_root into the new root and detach the old one: nothing of the host stays
+// reachable. Step 6: the root itself (and so /etc and every mount point) is read-only (unless a
+// test build weakened exactly that).
+int pivot_into(int root, const char*& stage) {
   stage = "mounts: pivot_root";
-  if (fchdir(root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) {
-    const int err = errno;
-    close(root);
-    return err;
-  }
+  if (fchdir(root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) return errno;
   stage = "mounts: detach the old root";
-  if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) {
-    const int err = errno;
-    close(root);
-    return err;
-  }
-  // 6. The root itself (and so /etc and every mount point) is read-only (unless a test build
-  //    weakened exactly that).
+  if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) return errno;
   stage = "mounts: make / read-only";
-  const int err = control_weakened("readonly-root") ? 0 : set_read_only(root);
-  close(root);
+  return control_weakened("readonly-root") ? 0 : set_read_only(root);
+}
+
+}  // namespace
+
+int apply_mounts(const MountPlan& plan, MountScratch& scratch, const char*& stage) {
+  // 1. Nothing we do may propagate back to the host.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    stage = "mounts: make / recursively private";
+    return errno;
+  }
+  if (int err = capture_bind_sources(plan, scratch, stage); err != 0) return err;
+  int root = -1;
+  int err = attach_new_root(plan, root, stage);
+  if (err == 0) err = place_all(plan, scratch, root, stage);
+  for (int& fd : scratch.fds) close_if(fd);
+  if (err == 0) err = pivot_into(root, stage);
+  if (root >= 0) close(root);
   return err;
 }
 

@@ -157,6 +157,12 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box) {
   w.str(box.init_path);
   put_network(w, box.network);
   w.num(box.deny_sockets ? 1 : 0);
+  w.num(box.symlinks.size());
+  for (const auto& [path, text] : box.symlinks) {
+    w.str(path);
+    w.str(text);
+  }
+  w.num(box.mask_special_git_files ? 1 : 0);
 }
 
 bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
@@ -175,6 +181,13 @@ bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
   box.init_path = r.str();
   if (!get_network(r, box.network)) return false;
   box.deny_sockets = r.num() != 0;
+  box.symlinks.clear();
+  const uint64_t links = r.num();
+  for (uint64_t i = 0; r.ok() && i < links; ++i) {
+    std::string path = r.str();
+    box.symlinks.emplace_back(std::move(path), r.str());
+  }
+  box.mask_special_git_files = r.num() != 0;
   return r.ok();
 }
 
@@ -185,6 +198,7 @@ void encode_spawn_spec(WireWriter& w, const SpawnSpec& spec) {
   w.str(spec.cwd);
   w.num(spec.uid);
   w.num(spec.gid);
+  w.num(spec.die_with_parent ? 1 : 0);
 }
 
 bool decode_spawn_spec(WireReader& r, SpawnSpec& spec) {
@@ -194,6 +208,7 @@ bool decode_spawn_spec(WireReader& r, SpawnSpec& spec) {
   spec.cwd = r.str();
   spec.uid = static_cast<uid_t>(r.num());
   spec.gid = static_cast<gid_t>(r.num());
+  spec.die_with_parent = r.num() != 0;
   return r.ok();
 }
 

@@ -1,5 +1,5 @@
 // The wire form of a SandboxConfig and of a SpawnSpec's carried part, beside the structs it
-// encodes: the job starter (runner/job_starter.hpp) sends them to its helper process, which plans
+// encodes: the job starter (sandbox/job_starter.hpp) sends them to its helper process, which plans
 // and spawns the sandbox. Every field travels, idmaps included (test/unit/sandbox_codec_test.cpp
 // binds each field by name and round-trips it), except what cannot cross a socket as bytes:
 //   - JobNetworkPlan::egress_netns_fd travels as an fd beside the body, and the receiver calls
@@ -52,7 +52,7 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box);
 // egress_netns_fd -1 and no newlink until use_egress_namespace.
 bool decode_sandbox_config(WireReader& r, SandboxConfig& box);
 
-// The spec's executable, argv, env, cwd, uid and gid.
+// The spec's executable, argv, env, cwd, uid, gid and die_with_parent.
 void encode_spawn_spec(WireWriter& w, const SpawnSpec& spec);
 bool decode_spawn_spec(WireReader& r, SpawnSpec& spec);
 

@@ -55,6 +55,13 @@ struct SandboxConfig {
   // names the gateway, the runner's filtering resolver. Absent: loopback only.
   std::optional<JobNetworkPlan> network;
   bool deny_sockets = false;          // seccomp also refuses socket/socketpair (file-only helpers)
+  // Symlinks made in the sandbox's root: (path inside, link text). A disk tool's staged tree.
+  std::vector<std::pair<std::string, std::string>> symlinks;
+  // Before the command, as root in the sandbox's own mount namespace: every .gitignore,
+  // .gitattributes, .gitmodules or .mailmap under the workspace that is a FIFO, socket or
+  // device is covered with an empty read-only file (git opens those by name; a FIFO would block
+  // it for good). For the workspace's git helpers, which run after the job's cgroup is empty.
+  bool mask_special_git_files = false;
 };
 
 }  // namespace motor::sandbox

@@ -16,6 +16,7 @@
 #include "sandbox/capabilities.hpp"
 #include "sandbox/devices.hpp"
 #include "sandbox/fd_hygiene.hpp"
+#include "sandbox/git_file_masks.hpp"
 #include "sandbox/hostname.hpp"
 #include "sandbox/loopback.hpp"
 #include "sandbox/proc.hpp"
@@ -227,6 +228,10 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   for (const BindMount& bind : config.read_only) {
     if (auto st = add_bind(mounts, bind, kReadOnly, "read-only path"); !st) return st.error();
   }
+  for (const auto& [path, text] : config.symlinks) mounts.ops.push_back(symlink_op(path, text));
+  if (config.mask_special_git_files) {
+    plan.git_masks_root = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
+  }
   if (control_weakened("workspace-names")) {
     mounts.ops.push_back(bind_op(config.init_path, kSandboxInitPath, false, kReadOnly, "bind motor-init"));
   } else {
@@ -264,6 +269,9 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
       if (int err = apply_hostname(p.hostname, stage); err != 0) return err;
     }
     if (int err = bring_up_loopback(stage); err != 0) return err;
+    if (!p.git_masks_root.empty()) {
+      if (int err = mask_special_git_files(p.git_masks_root.c_str(), stage); err != 0) return err;
+    }
     if (int err = drop_bounding_set(p.capabilities, stage); err != 0) return err;
     umask(state->saved_umask);
     // Test build only: without no_new_privs the filter can only be loaded while still root.

@@ -46,6 +46,7 @@ struct SandboxPlan {
   SeccompProgram seccomp;
   std::optional<JobNetworkPlan> network;
   std::shared_ptr<const UniqueFd> init_fd;  // motor-init, O_PATH, opened without following symlinks
+  std::string git_masks_root;  // SandboxConfig::mask_special_git_files: the workspace inside; empty: none
 };
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,8 @@ namespace {
     if (setresgid(spec.gid, spec.gid, spec.gid) < 0) child_fail(status_fd, "setresgid", errno);
     if (setresuid(spec.uid, spec.uid, spec.uid) < 0) child_fail(status_fd, "setresuid", errno);
   }
+  // Set after the uid change, which clears it.
+  if (spec.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(status_fd, "PR_SET_PDEATHSIG", errno);
   if (spec.hooks && spec.hooks->after_credentials) {
     if (int err = spec.hooks->after_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }

@@ -46,6 +46,9 @@ struct SpawnSpec {
   // it execs, so nothing is copied (no page tables, no copy-on-write faults on either side);
   // the caller is suspended until then. For the job starter only, never for the runner's loop.
   bool share_memory_until_exec = false;
+  // PR_SET_PDEATHSIG (SIGKILL) after the switch to the job account: the child dies with the
+  // process that spawned it (motor-workspace-sandbox's sandbox dies with the helper).
+  bool die_with_parent = false;
 };
 
 struct SpawnedProcess {

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "motor/sys_error.hpp"
 
 namespace motor::vm {
@@ -20,10 +22,9 @@ sandbox::SandboxConfig confined_box(const sandbox::Account& account, const std::
   return box;
 }
 
-Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const sandbox::SandboxPlan& plan,
-                                       const ConfinedCommand& cmd, reactor::ChildProcess::Done done) {
-  if (cmd.account.uid == 0 || cmd.command.empty()) return make_error("vm", "a confined command needs a command and no root");
-  const sandbox::ChildHooks hooks = sandbox::make_child_hooks(plan);
+Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, sandbox::Starter& starter,
+                                       const sandbox::SandboxConfig& box, ConfinedCommand cmd, ConfinedDone done) {
+  if (box.uid == 0 || cmd.command.empty()) return make_error("vm", "a confined command needs a command and no root");
   auto cg = cgroups.create(cmd.cgroup_name, cmd.limits);
   if (!cg) return cg.error();
   ConfinedChild out;
@@ -40,32 +41,33 @@ Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& c
   s.argv = sandbox::init_argv(cmd.command);
   s.env = cmd.env;
   s.cwd = cmd.cwd;
-  s.uid = cmd.account.uid;
-  s.gid = cmd.account.gid;
   s.stdin_fd = dev_null.get();
   s.stdout_fd = out_write.get();
   s.stderr_fd = out_write.get();
   s.cgroup = out.cgroup.get();
-  s.hooks = &hooks;
-  auto spawned = sandbox::spawn_job(s);
-  if (!spawned) return spawned.error();
-  out_write.reset();
-  out.setup_status = std::move(spawned->setup_status);
-  auto child = reactor::ChildProcess::adopt(loop, spawned->pid, std::move(spawned->pidfd), std::move(out_read), UniqueFd(),
-                                            cmd.timeout_ms, cmd.max_output_bytes, std::move(done));
-  if (!child) return child.error();
-  out.child = std::move(*child);
+  sandbox::SandboxedChild::Watch watch;
+  watch.stdout_read = std::move(out_read);
+  watch.timeout_ms = cmd.timeout_ms;
+  watch.max_stdout_bytes = cmd.max_output_bytes;
+  watch.stream_stdout = std::move(cmd.stream_output);
+  // A failure the starter reports at once is this function's error; a later one goes to `done`.
+  auto starting = std::make_shared<bool>(true);
+  auto failed_at_once = std::make_shared<std::optional<Error>>();
+  sandbox::SandboxedChild::Events events;
+  events.start_failed = [done, starting, failed_at_once](const Error& e) {
+    if (*starting) *failed_at_once = e;
+    else done(e);
+  };
+  events.exited = [done](sandbox::SandboxedExit e) { done(std::move(e)); };
+  out.child = sandbox::SandboxedChild::start(loop, starter, box, s, std::move(watch), std::move(events));
+  *starting = false;
+  if (*failed_at_once) return **failed_at_once;
   return out;
 }
 
-std::string read_setup_failure(UniqueFd& setup_status) {
-  std::string text;
-  if (!setup_status) return text;
-  char buf[512];
-  fcntl(setup_status.get(), F_SETFL, O_NONBLOCK);
-  if (const ssize_t n = ::read(setup_status.get(), buf, sizeof buf); n > 0) text.assign(buf, static_cast<size_t>(n));
-  setup_status.reset();
-  return text;
+std::string describe_exit(const sandbox::SandboxedExit& exit) {
+  return exit.child.term_signal ? "signal " + std::to_string(exit.child.term_signal)
+                                : "exit status " + std::to_string(exit.child.exit_code);
 }
 
 }  // namespace motor::vm

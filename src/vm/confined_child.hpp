@@ -1,21 +1,23 @@
-// A command in the Linux job sandbox (src/sandbox), started on the loop in a cgroup of its own
-// and watched by the reactor's ChildProcess: what the confined disk tools (disk_tool.hpp) and a
-// VM job's dependency preparation (prep_step.hpp) share. stdout and stderr share one pipe.
+// A command in the Linux job sandbox (src/sandbox), in a cgroup of its own, as a SandboxedChild
+// (sandbox/sandboxed_child.hpp: through the runner's job starter where it has one): what the
+// confined disk tools (disk_tool.hpp) and a VM job's dependency preparation (prep_step.hpp)
+// share. stdout and stderr share one pipe.
 #pragma once
 
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "motor/expected.hpp"
-#include "motor/unique_fd.hpp"
-#include "reactor/child_process.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
-#include "sandbox/sandbox_plan.hpp"
+#include "sandbox/sandboxed_child.hpp"
+#include "sandbox/starter.hpp"
 
 namespace motor::vm {
 
@@ -23,33 +25,34 @@ struct ConfinedCommand {
   std::vector<std::string> command;  // run by motor-init, PID 1 of the sandbox
   std::vector<std::string> env;
   std::string cwd;
-  sandbox::Account account;          // never root
   std::string cgroup_name;           // unique under the runner's cgroup parent
   sandbox::CgroupLimits limits;
   uint64_t timeout_ms = 0;           // 0: none (killing motor-init ends the whole sandbox)
   size_t max_output_bytes = 2048;
+  std::function<void(std::string_view)> stream_output;  // set: the output goes here as it arrives
 };
 
 struct ConfinedChild {
   // Resetting it kills what is left of the command and removes the cgroup (on the runner's
   // CgroupReaper while it is busy: sandbox/cgroup_reaper.hpp).
   std::unique_ptr<sandbox::JobCgroup> cgroup;
-  UniqueFd setup_status;  // the sandbox's setup-status pipe: its text explains a setup failure
-  std::unique_ptr<reactor::ChildProcess> child;
+  std::unique_ptr<sandbox::SandboxedChild> child;
 };
+
+// Error: it could not be started (after spawn_confined returned: the starter failed).
+using ConfinedDone = std::function<void(Expected<sandbox::SandboxedExit>)>;
 
 // The sandbox every confined command starts from: runs as `account` (user and group of that name)
 // under motor-init, with `hostname` and a private /tmp of `tmp_bytes`; callers add their mounts.
 sandbox::SandboxConfig confined_box(const sandbox::Account& account, const std::string& hostname,
                                     const std::string& init_path, uint64_t tmp_bytes);
 
-// Creates the cgroup, spawns the command in `plan`'s sandbox and adopts it; on error nothing is
-// left (the cgroup is removed again).
-Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const sandbox::SandboxPlan& plan,
-                                       const ConfinedCommand& cmd, reactor::ChildProcess::Done done);
+// Creates the cgroup and starts the command in `box` (never as root); on error nothing is left
+// (the cgroup is removed again). `done` runs once, unless the ConfinedChild is dropped first.
+Expected<ConfinedChild> spawn_confined(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, sandbox::Starter& starter,
+                                       const sandbox::SandboxConfig& box, ConfinedCommand cmd, ConfinedDone done);
 
-// Reads what the setup-status pipe holds (a failed sandbox step, written before exec), without
-// blocking, and closes it.
-std::string read_setup_failure(UniqueFd& setup_status);
+// "exit status N" or "signal N", for messages.
+std::string describe_exit(const sandbox::SandboxedExit& exit);
 
 }  // namespace motor::vm

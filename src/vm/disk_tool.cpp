@@ -22,7 +22,7 @@ std::vector<std::string> mke2fs_from_dir_command(const std::string& source_dir, 
 }
 
 Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups,
-                                                    const DiskToolSpec& spec, Done done) {
+                                                    sandbox::Starter& starter, const DiskToolSpec& spec, Done done) {
   if (spec.account.uid == 0 || spec.command.empty()) return make_error("vm", "disk tool: no command or a root account");
   reactor::SlowCall timed("starting a confined disk tool");
   std::unique_ptr<DiskTool> tool(new DiskTool);
@@ -32,51 +32,42 @@ Expected<std::unique_ptr<DiskTool>> DiskTool::start(uv_loop_t* loop, sandbox::Cg
   sandbox::SandboxConfig box = confined_box(spec.account, "motor-disk", spec.init_path, uint64_t{64} << 20);
   box.workspace = {spec.writable_dir, spec.writable_dir};
   box.read_only = spec.read_only;
+  box.symlinks = spec.symlinks;
   box.deny_sockets = true;
-  auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return plan.error();
-  for (const auto& [target, text] : spec.symlinks) plan->mounts.ops.push_back(sandbox::symlink_op(target, text));
-  if (!spec.symlinks.empty()) {
-    if (auto s = sandbox::finish_mount_plan(plan->mounts); !s) return s.error();
-  }
   ConfinedCommand cmd;
   cmd.command = spec.command;
   cmd.env = {"PATH=/usr/bin:/usr/sbin:/bin:/sbin", "LC_ALL=C"};
   cmd.cwd = spec.writable_dir;
-  cmd.account = spec.account;
   cmd.cgroup_name = spec.cgroup_name;
   cmd.limits.memory_bytes = int64_t{512} << 20;
   cmd.limits.pids_max = 64;
   cmd.max_output_bytes = kMaxMessage;
-  auto confined = spawn_confined(loop, cgroups, *plan, cmd, [self = tool.get()](reactor::ChildExit e) { self->exited(std::move(e)); });
+  auto confined = spawn_confined(loop, cgroups, starter, box, std::move(cmd),
+                                 [self = tool.get()](Expected<sandbox::SandboxedExit> e) { self->exited(std::move(e)); });
   if (!confined) return confined.error();
-  tool->cgroup_ = std::move(confined->cgroup);
-  tool->setup_status_ = std::move(confined->setup_status);
-  tool->child_ = std::move(confined->child);
+  tool->confined_ = std::move(*confined);
   return tool;
 }
 
 DiskTool::~DiskTool() {
   // The tool is killed (a job cancelled while its disks were made) and its cgroup removed, by
   // the reaper once it is empty. The child is reaped on the loop.
-  cgroup_.reset();
-  child_.reset();
+  confined_.cgroup.reset();
+  confined_.child.reset();
 }
 
-void DiskTool::exited(reactor::ChildExit exit) {
-  // A failed sandbox step (before exec; exit 127) is told on the setup-status pipe, short and
-  // already written: read without blocking.
-  std::string text = std::move(exit.out);
-  if (const std::string setup = read_setup_failure(setup_status_); !setup.empty()) text.insert(0, setup + "\n");
+void DiskTool::exited(Expected<sandbox::SandboxedExit> exit) {
   // motor-init was PID 1 of the tool's namespace: everything else in it is being killed, and
   // the cgroup goes once it is empty.
-  cgroup_.reset();
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  confined_.cgroup.reset();
   Done done = std::move(done_);
-  if (exit.exit_code == 0) return done(Status{});
-  const std::string how = exit.term_signal ? "signal " + std::to_string(exit.term_signal)
-                                           : "exit status " + std::to_string(exit.exit_code);
-  done(make_error("vm", what_ + " failed (" + how + ")" + (text.empty() ? "" : ": " + text)));
+  if (!exit) return done(make_error("vm", what_ + " could not start: " + exit.error().message));
+  // A failed sandbox step (before exec; exit 127) is told on the setup-status pipe.
+  std::string text = std::move(exit->child.out);
+  if (!exit->setup_failure.empty()) text.insert(0, exit->setup_failure + "\n");
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (exit->child.exit_code == 0) return done(Status{});
+  done(make_error("vm", what_ + " failed (" + describe_exit(*exit) + ")" + (text.empty() ? "" : ": " + text)));
 }
 
 }  // namespace motor::vm

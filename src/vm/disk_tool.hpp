@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "motor/expected.hpp"
-#include "motor/unique_fd.hpp"
-#include "reactor/child_process.hpp"
 #include "vm/confined_child.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
@@ -41,19 +39,17 @@ class DiskTool {
  public:
   using Done = std::function<void(Status)>;
   static Expected<std::unique_ptr<DiskTool>> start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups,
-                                                   const DiskToolSpec& spec, Done done);
+                                                   sandbox::Starter& starter, const DiskToolSpec& spec, Done done);
   ~DiskTool();
   DiskTool(const DiskTool&) = delete;
   DiskTool& operator=(const DiskTool&) = delete;
 
  private:
   DiskTool() = default;
-  void exited(reactor::ChildExit exit);
+  void exited(Expected<sandbox::SandboxedExit> exit);
 
   std::string what_;
-  std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  UniqueFd setup_status_;  // the sandbox's setup-status pipe: its text explains a setup failure
-  std::unique_ptr<reactor::ChildProcess> child_;
+  ConfinedChild confined_;
   Done done_;
 };
 

@@ -76,8 +76,9 @@ Expected<TransferStage> stage_transfer_tree(const std::string& stage, const std:
   return out;
 }
 
-Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const PrepSpec& spec,
-                                                    Output output, Done done) {
+Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups,
+                                                    sandbox::Starter& starter, const PrepSpec& spec, Output output,
+                                                    Done done) {
   if (spec.account.uid == 0 || spec.account.uid == spec.workspace_owner.uid) {
     return make_error("vm", "the preparation needs an account of its own (motor-prep), not root or the job's");
   }
@@ -94,54 +95,51 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   box.read_only.push_back(std::move(workspace));
   for (const auto& path : spec.read_only_paths) box.read_only.push_back({path, path});
   box.network = spec.network;
-  auto plan = sandbox::plan_sandbox(box);
-  if (!plan) return plan.error();
   ConfinedCommand cmd;
   cmd.command = {"/bin/sh", "-c", spec.command};
   // HOME is the private /tmp: a tool's caches (CARGO_HOME) go there, not into the result.
   cmd.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LC_ALL=C.UTF-8", "USER=" + spec.account.name,
              std::string("MOTOR_PREP_OUT=") + kPrepOutputInSandbox, std::string("MOTOR_WORKSPACE=") + kPrepWorkspaceInSandbox};
   cmd.cwd = kPrepWorkspaceInSandbox;
-  cmd.account = spec.account;
   cmd.cgroup_name = spec.cgroup_name;
   cmd.limits = spec.limits;
   cmd.timeout_ms = spec.timeout_ms;
   cmd.max_output_bytes = static_cast<size_t>(spec.max_output_bytes);
   PrepStep* self = step.get();
-  auto confined = spawn_confined(loop, cgroups, *plan, cmd, [self](reactor::ChildExit e) { self->exited(std::move(e)); });
-  if (!confined) return confined.error();
-  step->cgroup_ = std::move(confined->cgroup);
-  step->setup_status_ = std::move(confined->setup_status);
-  step->child_ = std::move(confined->child);
-  step->child_->stream_stdout([self](std::string_view bytes) {
+  cmd.stream_output = [self](std::string_view bytes) {
     if (const std::string text = self->utf8_.feed(bytes); !text.empty()) self->output_(text);
-  });
+  };
+  auto confined = spawn_confined(loop, cgroups, starter, box, std::move(cmd),
+                                 [self](Expected<sandbox::SandboxedExit> e) { self->exited(std::move(e)); });
+  if (!confined) return confined.error();
+  step->confined_ = std::move(*confined);
   return step;
 }
 
 void PrepStep::stop() {
   done_ = nullptr;
   remove_cgroup();
-  child_.reset();  // reaped on the loop
+  confined_.child.reset();  // reaped on the loop
 }
 
 // The cgroup holds everything the command started, also what left motor-init's PID namespace:
 // killed now, removed once empty (sandbox/cgroup_reaper.hpp).
-void PrepStep::remove_cgroup() { cgroup_.reset(); }
+void PrepStep::remove_cgroup() { confined_.cgroup.reset(); }
 
-void PrepStep::exited(reactor::ChildExit exit) {
-  const std::string setup_failure = read_setup_failure(setup_status_);
+void PrepStep::exited(Expected<sandbox::SandboxedExit> exit) {
   remove_cgroup();
   std::string tail = utf8_.flush();
-  if (exit.stdout_truncated) tail += "\nmotor: the preparation's output stopped after " + std::to_string(exit.max_stdout_bytes) + " bytes\n";
+  if (exit && exit->child.stdout_truncated) {
+    tail += "\nmotor: the preparation's output stopped after " + std::to_string(exit->child.max_stdout_bytes) + " bytes\n";
+  }
   if (!tail.empty()) output_(tail);
   Done done = std::move(done_);
   if (!done) return;
-  if (exit.timed_out) return done(make_error("vm", "it ran past vm_prepare_timeout_s (" + std::to_string(timeout_ms_ / 1000) + " s)"));
-  if (!setup_failure.empty()) return done(make_error("vm", "its sandbox could not be set up: " + setup_failure));
-  if (exit.exit_code == 0) return done(Status{});
-  done(make_error("vm", exit.term_signal ? "signal " + std::to_string(exit.term_signal)
-                                         : "exit status " + std::to_string(exit.exit_code)));
+  if (!exit) return done(make_error("vm", "it could not start: " + exit.error().message));
+  if (exit->child.timed_out) return done(make_error("vm", "it ran past vm_prepare_timeout_s (" + std::to_string(timeout_ms_ / 1000) + " s)"));
+  if (!exit->setup_failure.empty()) return done(make_error("vm", "its sandbox could not be set up: " + exit->setup_failure));
+  if (exit->child.exit_code == 0) return done(Status{});
+  done(make_error("vm", describe_exit(*exit)));
 }
 
 }  // namespace motor::vm

@@ -27,8 +27,6 @@
 #include <vector>
 
 #include "motor/expected.hpp"
-#include "motor/unique_fd.hpp"
-#include "reactor/child_process.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/job_network.hpp"
@@ -85,8 +83,8 @@ class PrepStep {
  public:
   using Output = std::function<void(std::string_view)>;  // valid UTF-8
   using Done = std::function<void(Status)>;               // runs once; the step may be destroyed after
-  static Expected<std::unique_ptr<PrepStep>> start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, const PrepSpec& spec,
-                                                   Output output, Done done);
+  static Expected<std::unique_ptr<PrepStep>> start(uv_loop_t* loop, sandbox::CgroupDriver& cgroups,
+                                                   sandbox::Starter& starter, const PrepSpec& spec, Output output, Done done);
   // Unfinished: kills what runs and removes its cgroup (Done is not called).
   ~PrepStep() { stop(); }
   // The same now; the destructor then has nothing left to do.
@@ -96,13 +94,11 @@ class PrepStep {
 
  private:
   PrepStep() = default;
-  void exited(reactor::ChildExit exit);
+  void exited(Expected<sandbox::SandboxedExit> exit);
   void remove_cgroup();
 
-  std::unique_ptr<sandbox::JobCgroup> cgroup_;
-  UniqueFd setup_status_;
   // motor-init, PID 1 of the step's PID namespace: killing it (deadline) ends everything in it.
-  std::unique_ptr<reactor::ChildProcess> child_;
+  ConfinedChild confined_;
   Utf8Sanitizer utf8_;
   uint64_t timeout_ms_ = 0;
   Output output_;

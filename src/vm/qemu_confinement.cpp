@@ -100,11 +100,10 @@ bool core_scheduling_available() {
   return prctl(PR_SCHED_CORE, PR_SCHED_CORE_GET, 0, PIDTYPE_TGID, &cookie) == 0;
 }
 
-Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
-  QemuConfinement c;
-  const std::string proc = "/proc/" + std::to_string(spec.pid);
+namespace {
 
-  // The account: every uid and gid (real, effective, saved, filesystem).
+// The account: every uid and gid (real, effective, saved, filesystem).
+Status check_account(const QemuConfinementSpec& spec, const std::string& proc) {
   auto status = slurp(proc + "/status");
   if (!status) return status.error();
   for (const char* key : {"Uid:", "Gid:"}) {
@@ -120,16 +119,22 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
     }
     if (count != 4) return make_error("vm", "QEMU's " + std::string(key) + " line is malformed");
   }
+  return {};
+}
 
-  // The network namespace: nothing but lo.
+// The network namespace: nothing but lo.
+Status check_network(const std::string& proc, QemuConfinement& c) {
   auto net_dev = slurp(proc + "/net/dev");
   if (!net_dev) return net_dev.error();
   c.interfaces = parse_net_dev_interfaces(*net_dev);
   for (const auto& name : c.interfaces) {
     if (name != "lo") return make_error("vm", "QEMU's network namespace has interface \"" + name + "\" (only lo is allowed): run libvirtd in an empty network namespace");
   }
+  return {};
+}
 
-  // The environment: only what libvirt sets.
+// The environment: only what libvirt sets.
+Status check_environment(const std::string& proc) {
   auto environ = slurp(proc + "/environ");
   if (!environ) return environ.error();
   size_t start = 0;
@@ -143,8 +148,11 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
     if (!known && !entry.empty()) return make_error("vm", "QEMU's environment holds \"" + name.substr(0, 64) + "\", which libvirt does not set");
     start = end + 1;
   }
+  return {};
+}
 
-  // Memory: the hard limit is in force on QEMU's memory cgroup (v1, or the unified one on v2).
+// Memory: the hard limit is in force on QEMU's memory cgroup (v1, or the unified one on v2).
+Status check_memory_limit(const QemuConfinementSpec& spec, const std::string& proc, QemuConfinement& c) {
   auto cgroups = slurp(proc + "/cgroup");
   if (!cgroups) return cgroups.error();
   std::string mem = cgroup_path_of(*cgroups, "memory");
@@ -171,30 +179,45 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
   if (limit <= 0 || limit > spec.hard_limit_bytes) {
     return make_error("vm", "QEMU's memory cgroup limit is " + std::to_string(limit) + " bytes, not the hard limit of " + std::to_string(spec.hard_limit_bytes));
   }
+  return {};
+}
 
-  // Pids: a cgroup of our own in the v1 pids hierarchy (QEMU's other hierarchies stay libvirt's).
+// Pids: a cgroup of our own in the v1 pids hierarchy (QEMU's other hierarchies stay libvirt's).
+Status limit_pids(const QemuConfinementSpec& spec, QemuConfinement& c) {
   const std::string pids_root = spec.cgroup_root + "/pids";
   struct stat st {};
-  if (stat(pids_root.c_str(), &st) == 0) {
-    c.pids_cgroup_dir = pids_root + "/" + spec.pids_cgroup;
-    const std::string parent = c.pids_cgroup_dir.substr(0, c.pids_cgroup_dir.rfind('/'));
-    if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
-    if (mkdir(c.pids_cgroup_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + c.pids_cgroup_dir);
-    if (auto s = write_text(c.pids_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
-      (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
-      return make_error("vm", "cannot set QEMU's pids limit: " + s.error().message);
-    }
-    if (auto s = write_text(c.pids_cgroup_dir + "/cgroup.procs", std::to_string(spec.pid)); !s) {
-      (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
-      return make_error("vm", "cannot put QEMU into its pids cgroup: " + s.error().message);
-    }
-  } else {
+  if (stat(pids_root.c_str(), &st) != 0) {
     // cgroup v2: one hierarchy; the pids limit goes on the domain's own cgroup, libvirt's.
     if (auto s = write_text(c.memory_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
       return make_error("vm", "cannot set QEMU's pids limit: " + s.error().message);
     }
+    return {};
   }
+  c.pids_cgroup_dir = pids_root + "/" + spec.pids_cgroup;
+  const std::string parent = c.pids_cgroup_dir.substr(0, c.pids_cgroup_dir.rfind('/'));
+  if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
+  if (mkdir(c.pids_cgroup_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + c.pids_cgroup_dir);
+  if (auto s = write_text(c.pids_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
+    (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
+    return make_error("vm", "cannot set QEMU's pids limit: " + s.error().message);
+  }
+  if (auto s = write_text(c.pids_cgroup_dir + "/cgroup.procs", std::to_string(spec.pid)); !s) {
+    (void)remove_new_pids_cgroup(c.pids_cgroup_dir);
+    return make_error("vm", "cannot put QEMU into its pids cgroup: " + s.error().message);
+  }
+  return {};
+}
 
+}  // namespace
+
+Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
+  QemuConfinement c;
+  const std::string proc = "/proc/" + std::to_string(spec.pid);
+  if (auto s = check_account(spec, proc); !s) return s.error();
+  if (auto s = check_network(proc, c); !s) return s.error();
+  if (auto s = check_environment(proc); !s) return s.error();
+  if (auto s = check_memory_limit(spec, proc, c); !s) return s.error();
+  if (auto s = limit_pids(spec, c); !s) return s.error();
   // Core scheduling: a cookie of its own, so no other task shares a core's siblings with it.
   if (prctl(PR_SCHED_CORE, PR_SCHED_CORE_CREATE, spec.pid, PIDTYPE_TGID, 0) == 0) {
     c.core_scheduling = true;

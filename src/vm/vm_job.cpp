@@ -99,7 +99,7 @@ void VmJob::prepare() {
   prep_mounted_ = true;
   sink_.vm_prepare_output("motor: preparing dependencies (vm_prepare_command) as " + prep.account.name + "\n");
   auto started = PrepStep::start(
-      loop_, cgroups_, prep, [this](std::string_view text) { sink_.vm_prepare_output(text); },
+      loop_, cgroups_, starter(), prep, [this](std::string_view text) { sink_.vm_prepare_output(text); },
       [this](Status s) {
         if (stopping()) return teardown();
         if (!s) return end(VmOutcome::Kind::kRefused, 0, "the dependency preparation (vm_prepare_command) failed: " + s.error().message);
@@ -134,7 +134,7 @@ void VmJob::make_transfer_disk() {
   tool.account = spec_.tool_account;
   tool.init_path = spec_.init_path;
   tool.cgroup_name = spec_.disk_cgroup;
-  auto started = DiskTool::start(loop_, cgroups_, tool, [this, dir](Status s) {
+  auto started = DiskTool::start(loop_, cgroups_, starter(), tool, [this, dir](Status s) {
     if (stopping()) return teardown();
     if (!s) return end(VmOutcome::Kind::kRefused, 0, "building the transfer disk: " + s.error().message);
     // Host-written, never guest-written: root-owned and read-only before QEMU ever sees it.
@@ -168,7 +168,7 @@ void VmJob::make_overlay() {
   tool.account = spec_.qemu_account;
   tool.init_path = spec_.init_path;
   tool.cgroup_name = spec_.disk_cgroup;
-  auto started = DiskTool::start(loop_, cgroups_, tool, [this](Status s) {
+  auto started = DiskTool::start(loop_, cgroups_, starter(), tool, [this](Status s) {
     if (stopping()) return teardown();
     if (!s) return end(VmOutcome::Kind::kRefused, 0, "creating the overlay: " + s.error().message);
     outcome_.times.disks_us = since_us(t_phase_);

@@ -26,6 +26,7 @@
 #include "reactor/uv_handle.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/starter.hpp"
 #include "vm/disk_tool.hpp"
 #include "vm/guest_changes.hpp"
 #include "vm/helper_call.hpp"
@@ -42,6 +43,8 @@ struct VmJobSpec {
   std::string libvirt_uri = "qemu:///system";
   std::string helper_path;       // motor-vm-helper
   std::string init_path;         // motor-init (for the confined disk tools)
+  // Starts the preparation and the disk tools (the runner's job starter); null: in process.
+  sandbox::Starter* starter = nullptr;
   bool emulated = false;
   std::string sealed_image;
   std::string kernel, initrd, cmdline;  // direct kernel boot (test guest) or empty
@@ -149,6 +152,8 @@ class VmJob {
 
   uv_loop_t* loop_;
   sandbox::CgroupDriver& cgroups_;
+  sandbox::InProcessStarter in_process_;  // when the spec names no starter
+  sandbox::Starter& starter() { return spec_.starter ? *spec_.starter : in_process_; }
   VmJobSpec spec_;
   VmJobSink& sink_;
   Phase phase_ = Phase::kIdle;

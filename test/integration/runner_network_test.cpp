@@ -415,7 +415,7 @@ TEST_F(RunnerNetwork, OutboundJobHasNoIpv6AndOfflineJobOnlyLoopback) {
   EXPECT_EQ(off["gai:public.test"], "none");
 }
 
-// The job starter (runner/job_starter.hpp) starts outbound jobs too: the runner passes it the
+// The job starter (sandbox/job_starter.hpp) starts outbound jobs too: the runner passes it the
 // egress namespace's fd with the request. Seen by the job's network namespace: one the starter
 // held in its pool, which only the starter has (a job the runner starts itself gets a new one).
 TEST_F(RunnerNetwork, OutboundJobsAreStartedByTheJobStarter) {

@@ -51,7 +51,7 @@ class VmDiskTool : public ::testing::Test {
     spec.init_path = MOTOR_INIT_BIN;
     spec.cgroup_name = "vmdisk-test";
     std::optional<Status> result;
-    auto tool = vm::DiskTool::start(&loop_, *driver_, spec, [&](Status s) { result = std::move(s); });
+    auto tool = vm::DiskTool::start(&loop_, *driver_, starter_, spec, [&](Status s) { result = std::move(s); });
     if (!tool) return tool.error();
     while (!result) uv_run(&loop_, UV_RUN_ONCE);
     tool->reset();
@@ -62,6 +62,7 @@ class VmDiskTool : public ::testing::Test {
   uv_loop_t loop_{};
   std::string parent_, dir_, work_;
   std::unique_ptr<sandbox::CgroupDriver> driver_;
+  sandbox::InProcessStarter starter_;
   sandbox::Account account_;
 };
 

@@ -38,7 +38,7 @@ std::vector<std::string> glob_paths(const std::string& pattern);
 // Peak resident set size (VmHWM) of a process, in bytes.
 int64_t peak_rss_bytes(pid_t pid);
 
-// The runner's job starter process (runner/job_starter.hpp): its child named motor-starter, or -1.
+// The runner's job starter process (sandbox/job_starter.hpp): its child named motor-starter, or -1.
 pid_t job_starter_of(pid_t runner);
 // "net:[inode]" of every network namespace `pid` holds through an open fd.
 std::set<std::string> netns_fds_of(pid_t pid);

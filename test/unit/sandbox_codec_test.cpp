@@ -26,9 +26,10 @@ auto carried(const std::optional<JobNetworkPlan>& n) {
 // added or removed.
 auto fields(const SandboxConfig& box) {
   const auto& [toolchain, workspace, writable, read_only, tmp_size_bytes, tmp_source, shm_size_bytes, hostname, uid, gid,
-               user_name, group_name, init_path, network, deny_sockets] = box;
+               user_name, group_name, init_path, network, deny_sockets, symlinks, mask_special_git_files] = box;
   return std::make_tuple(toolchain, workspace, writable, read_only, tmp_size_bytes, tmp_source, shm_size_bytes, hostname,
-                         uid, gid, user_name, group_name, init_path, carried(network), deny_sockets);
+                         uid, gid, user_name, group_name, init_path, carried(network), deny_sockets, symlinks,
+                         mask_special_git_files);
 }
 
 JobNetworkPlan a_network() {
@@ -60,6 +61,8 @@ const std::vector<std::pair<const char*, std::function<void(SandboxConfig&)>>>& 
       {"init_path", [](SandboxConfig& b) { b.init_path = "/usr/lib/motor/motor-init"; }},
       {"network", [](SandboxConfig& b) { b.network = a_network(); }},
       {"deny_sockets", [](SandboxConfig& b) { b.deny_sockets = true; }},
+      {"symlinks", [](SandboxConfig& b) { b.symlinks = {{"/stage/a", "../b"}, {"/stage/c", "/d"}}; }},
+      {"mask_special_git_files", [](SandboxConfig& b) { b.mask_special_git_files = true; }},
   };
   return all;
 }
@@ -118,14 +121,15 @@ TEST(SandboxCodec, TheSpawnSpecRoundTrips) {
   spec.cwd = "/workspace/sub";
   spec.uid = 2001;
   spec.gid = 2002;
+  spec.die_with_parent = true;
   WireWriter w;
   encode_spawn_spec(w, spec);
   WireReader r(w.bytes());
   SpawnSpec out;
   ASSERT_TRUE(decode_spawn_spec(r, out));
   EXPECT_TRUE(r.at_end());
-  EXPECT_EQ(std::tie(out.executable, out.argv, out.env, out.cwd, out.uid, out.gid),
-            std::tie(spec.executable, spec.argv, spec.env, spec.cwd, spec.uid, spec.gid));
+  EXPECT_EQ(std::tie(out.executable, out.argv, out.env, out.cwd, out.uid, out.gid, out.die_with_parent),
+            std::tie(spec.executable, spec.argv, spec.env, spec.cwd, spec.uid, spec.gid, spec.die_with_parent));
 }
 
 }  // namespace

@@ -21,25 +21,20 @@
 
 #include <cstddef>
 #include <deque>
-#include <functional>
-#include <optional>
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/uv_handle.hpp"
-#include "sandbox/sandbox_plan.hpp"
-#include "sandbox/spawn.hpp"
+#include "sandbox/starter.hpp"
 
-namespace motor::runner {
+namespace motor::sandbox {
 
-class JobStarter {
+class JobStarter final : public Starter {
  public:
   JobStarter() = default;
   ~JobStarter();
   JobStarter(const JobStarter&) = delete;
   JobStarter& operator=(const JobStarter&) = delete;
-
-  using Done = std::function<void(Expected<sandbox::SpawnedProcess>)>;
 
   // Forks the helper with a pool of `netns_pool_size` network namespaces (0: none); its
   // answers are read on `loop`.
@@ -50,13 +45,13 @@ class JobStarter {
   // The loop only sends the request (the fds in it may be closed once this returns); `done`
   // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
   // Without the helper, in process and at once. Errors name the failed step.
-  void spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done);
+  void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) override;
 
   // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
   void stop();
 
  private:
-  Status send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec);
+  Status send_request(const SandboxConfig& box, const SpawnSpec& spec);
   void on_reply();
   void fail_all(const std::string& why);
   pid_t pid_ = -1;
@@ -65,13 +60,4 @@ class JobStarter {
   std::deque<Done> waiting_;  // answers come in request order
 };
 
-// Plans the sandbox, builds its hooks and spawns (the helper's path, and the runner's fallback).
-// Plan and hooks live as long as this object: the helper keeps them until the child has exec'd,
-// since freeing them earlier would copy the pages the child still shares.
-struct SandboxedSpawn {
-  std::optional<sandbox::SandboxPlan> plan;
-  sandbox::ChildHooks hooks;
-  Expected<sandbox::SpawnedProcess> run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec, int prepared_net_fd);
-};
-
-}  // namespace motor::runner
+}  // namespace motor::sandbox

@@ -1,4 +1,4 @@
-#include "runner/job_starter.hpp"
+#include "sandbox/job_starter.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +24,7 @@
 #include "sandbox/netns_pool.hpp"
 #include "sandbox/sandbox_codec.hpp"
 
-namespace motor::runner {
+namespace motor::sandbox {
 namespace {
 
 // A job needs at most stdin, stdout, stderr, one cgroup2 directory and a few v1 cgroup.procs.
@@ -36,26 +36,26 @@ constexpr time_t kSendTimeoutS = 2;
 
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
-std::string encode_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, size_t attach_fds,
+std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, size_t attach_fds,
                            bool clone_into) {
-  sandbox::WireWriter w;
-  sandbox::encode_sandbox_config(w, box);
-  sandbox::encode_spawn_spec(w, spec);
+  WireWriter w;
+  encode_sandbox_config(w, box);
+  encode_spawn_spec(w, spec);
   w.num(attach_fds);
   w.num(clone_into ? 1 : 0);
   return std::move(w.bytes());
 }
 
 struct Request {
-  sandbox::SandboxConfig box;
-  sandbox::SpawnSpec spec;
+  SandboxConfig box;
+  SpawnSpec spec;
   uint64_t attach_fds = 0;
   bool clone_into = false;
 };
 
 bool decode_request(const std::string& body, Request& q) {
-  sandbox::WireReader r(body);
-  if (!sandbox::decode_sandbox_config(r, q.box) || !sandbox::decode_spawn_spec(r, q.spec)) return false;
+  WireReader r(body);
+  if (!decode_sandbox_config(r, q.box) || !decode_spawn_spec(r, q.spec)) return false;
   q.attach_fds = r.num();
   q.clone_into = r.num() != 0;
   return r.ok() && r.at_end();
@@ -130,28 +130,6 @@ bool receive_message(int sock, uint32_t& word, std::string& body, std::vector<Un
   return read_exact(sock, body.data(), body.size());
 }
 
-// The cgroup as the helper sees it: only the fds spawn_job uses.
-class PassedCgroup final : public sandbox::JobCgroup {
- public:
-  PassedCgroup(int clone_into, std::vector<int> attach) : clone_into_(clone_into), attach_(std::move(attach)) {}
-  const std::string& name() const override { return name_; }
-  int clone_into_fd() const override { return clone_into_; }
-  const std::vector<int>& child_attach_fds() const override { return attach_; }
-  std::string events_path() const override { return {}; }
-  Expected<bool> populated() const override { return unsupported(); }
-  Status kill_all() override { return unsupported(); }
-  bool oom_killed() const override { return false; }
-  Expected<sandbox::OomWatch> watch_oom() override { return unsupported(); }
-  Status remove() override { return unsupported(); }
-  std::vector<std::string> directories() const override { return {}; }
-
- private:
-  static Error unsupported() { return make_error("internal", "the job starter only spawns into a cgroup"); }
-  std::string name_ = "passed";
-  int clone_into_;
-  std::vector<int> attach_;
-};
-
 // ---- the helper process ----
 
 constexpr uint32_t kReplyOk = 0, kReplyError = 1;
@@ -160,7 +138,7 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
 
 // Runs in the helper (fork_helper_process has cut it off from the runner's loop).
 [[noreturn]] void helper_main(int sock, size_t pool_size) {
-  sandbox::NetnsPool pool(pool_size);
+  NetnsPool pool(pool_size);
   bool pooling = pool_size > 0;
   if (pooling) {
     if (auto s = pool.open_home(); !s) {
@@ -196,7 +174,7 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     std::vector<int> attach;
     for (size_t i = 0; i < q.attach_fds; ++i) attach.push_back(fds[3 + i].get());
     PassedCgroup cgroup(q.clone_into ? fds[clone_into_at].get() : -1, std::move(attach));
-    if (q.box.network) sandbox::use_egress_namespace(*q.box.network, fds[egress_at].get());
+    if (q.box.network) use_egress_namespace(*q.box.network, fds[egress_at].get());
     q.spec.stdin_fd = fds[0].get();
     q.spec.stdout_fd = fds[1].get();
     q.spec.stderr_fd = fds[2].get();
@@ -227,17 +205,6 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
 
 }  // namespace
 
-Expected<sandbox::SpawnedProcess> SandboxedSpawn::run(const sandbox::SandboxConfig& box, sandbox::SpawnSpec spec,
-                                                      int prepared_net_fd) {
-  auto planned = sandbox::plan_sandbox(box);
-  if (!planned) return make_error(planned.error().code, "the sandbox cannot be built: " + planned.error().message);
-  plan.emplace(std::move(*planned));
-  if (prepared_net_fd >= 0) sandbox::use_prepared_network_namespace(plan->namespaces, prepared_net_fd);
-  hooks = sandbox::make_child_hooks(*plan);
-  spec.hooks = &hooks;
-  return sandbox::spawn_job(spec);
-}
-
 JobStarter::~JobStarter() { stop(); }
 
 Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
@@ -265,7 +232,7 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
   return {};
 }
 
-void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec, Done done) {
+void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) {
   if (running()) {
     if (auto sent = send_request(box, spec); sent) {
       waiting_.push_back(std::move(done));
@@ -275,10 +242,10 @@ void JobStarter::spawn(const sandbox::SandboxConfig& box, const sandbox::SpawnSp
     }
   }
   SandboxedSpawn job;
-  done(job.run(box, spec, -1));
+  done(job.run(box, spec));
 }
 
-Status JobStarter::send_request(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
+Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec) {
   if (!spec.cgroup) return make_error("internal", "spawn needs the job's cgroup");
   std::vector<int> fds = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   const auto& attach = spec.cgroup->child_attach_fds();
@@ -308,7 +275,7 @@ void JobStarter::on_reply() {
   Done done = std::move(waiting_.front());
   waiting_.pop_front();
   if (word != kReplyOk) return done(make_error("io", body));
-  sandbox::SpawnedProcess out;
+  SpawnedProcess out;
   out.pid = static_cast<pid_t>(std::strtol(body.c_str(), nullptr, 10));
   if (got.size() != 2 || out.pid <= 0) {
     done(make_error("io", "the job starter answered without a pid and pidfd"));
@@ -338,4 +305,4 @@ void JobStarter::stop() {
   pid_ = -1;
 }
 
-}  // namespace motor::runner
+}  // namespace motor::sandbox
