@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "first_output.hpp"
+#include "stall_burst.hpp"
 #include "stats.hpp"
 #include "support/runner_harness.hpp"
 
@@ -32,8 +33,6 @@ using motor::bench::median;
 constexpr auto motor_once = motor::bench::first_output_us;
 using motor::bench::percentile;
 using Clock = std::chrono::steady_clock;
-using motor::test::json_field;
-using motor::test::RawClient;
 using motor::test::RunnerProcess;
 
 // posix_spawn of /bin/echo x: microseconds from the call to the first byte on the pipe.
@@ -93,27 +92,8 @@ int main(int argc, char** argv) {
   // The loop's worst stall while 20 jobs start at once.
   std::vector<double> stalls;
   for (int round = 0; round < 5; ++round) {
-    {
-      RawClient status(runner.socket());
-      status.send_frame(R"({"id":1,"method":"runner.status","params":{"reset_stall":true}})");
-      status.read_frame();
-    }
-    std::vector<std::unique_ptr<RawClient>> clients;
-    for (int i = 0; i < 20; ++i) clients.push_back(std::make_unique<RawClient>(runner.socket()));
-    for (int i = 0; i < 20; ++i) {
-      clients[static_cast<size_t>(i)]->send_frame(
-          fmt::format(R"({{"id":{},"method":"exec.run","params":{{"command":"echo started; sleep 0.2"}}}})", i));
-    }
-    for (auto& c : clients) {
-      for (;;) {
-        auto f = c->read_frame(std::chrono::milliseconds(30000));
-        if (!f || json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
-      }
-    }
-    RawClient status(runner.socket());
-    status.send_frame(R"({"id":2,"method":"runner.status","params":{}})");
-    auto reply = status.read_frame();
-    if (reply) stalls.push_back(std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()));
+    const double stall = motor::bench::worst_stall_of_burst(runner.socket());
+    if (stall >= 0) stalls.push_back(stall);
   }
   const double stall_median = median(stalls);
   fmt::print("loop worst stall while 20 jobs start at once, 5 rounds:\n");

@@ -1,6 +1,7 @@
 #include "runner/job_table.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace motor::runner {
 
@@ -10,35 +11,48 @@ Job* JobTable::find(const std::string& id) const {
 }
 
 Job& JobTable::add(std::unique_ptr<Job> job) {
-  auto& slot = jobs_[job->id()];
+  const std::string id = job->id();
+  auto& slot = jobs_[id];
   slot = std::move(job);
+  unfinished_[id] = slot.get();
+  unsaved_.insert(id);
   return *slot;
 }
 
+void JobTable::prune_unfinished() const {
+  for (auto it = unfinished_.begin(); it != unfinished_.end();) {
+    it = it->second->state() == Job::State::kFinished ? unfinished_.erase(it) : std::next(it);
+  }
+}
+
 size_t JobTable::running() const {
+  prune_unfinished();
   size_t n = 0;
-  for (const auto& [id, job] : jobs_) n += job->state() == Job::State::kRunning;
+  for (const auto& [id, job] : unfinished_) n += job->state() == Job::State::kRunning;
   return n;
 }
 
 int64_t JobTable::memory_reserved() const {
+  prune_unfinished();
   int64_t sum = 0;
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : unfinished_) {
     if (job->state() == Job::State::kRunning) sum += job->memory_bytes();
   }
   return sum;
 }
 
 double JobTable::cpus_claimed() const {
+  prune_unfinished();
   double claimed = 0;
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : unfinished_) {
     if (job->state() == Job::State::kRunning) claimed += static_cast<double>(job->cpus().cpus.size());
   }
   return claimed;
 }
 
 bool JobTable::running_in(const std::string& caller, const std::string& workspace_key) const {
-  return std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& entry) {
+  prune_unfinished();
+  return std::any_of(unfinished_.begin(), unfinished_.end(), [&](const auto& entry) {
     const Job& job = *entry.second;
     return job.state() == Job::State::kRunning && job.caller() == caller && job.workspace_key() == workspace_key;
   });
@@ -57,17 +71,31 @@ std::vector<const Job*> JobTable::newest(const std::function<bool(const Job&)>& 
 }
 
 void JobTable::evict_finished(size_t keep, const std::function<void(const std::string& id)>& dropped) {
-  size_t finished = 0;
-  for (const auto& [id, job] : jobs_) finished += job->state() == Job::State::kFinished;
+  prune_unfinished();
+  size_t finished = jobs_.size() - unfinished_.size();
   for (auto it = jobs_.begin(); it != jobs_.end() && finished > keep;) {
     if (it->second->state() == Job::State::kFinished && !it->second->has_followers()) {
       dropped(it->first);
+      unfinished_.erase(it->first);
+      unsaved_.erase(it->first);
+      removed_.push_back(it->first);
       it = jobs_.erase(it);
       --finished;
     } else {
       ++it;
     }
   }
+}
+
+void JobTable::take_unsaved(const std::function<void(Job&)>& each, std::vector<std::string>& removed) {
+  for (auto it = unsaved_.begin(); it != unsaved_.end();) {
+    Job* job = find(*it);
+    if (job) each(*job);
+    // A finished job's row never changes again: saved once, it leaves the set.
+    it = !job || job->state() == Job::State::kFinished ? unsaved_.erase(it) : std::next(it);
+  }
+  removed = std::move(removed_);
+  removed_.clear();
 }
 
 }  // namespace motor::runner

@@ -1,12 +1,14 @@
 // The jobs the runner knows (queued, running, finished and kept), by id: UUIDv7 ids sort by
 // creation time, so the map's order is the jobs' age. Sums over the running ones are the
-// admission's inputs (memory, CPUs, slots).
+// admission's inputs (memory, CPUs, slots); they walk only the jobs not yet finished (an index
+// beside the map), never the thousands of finished ones a runner keeps.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,8 +36,23 @@ class JobTable {
   // `dropped(id)` runs for each before it goes.
   void evict_finished(size_t keep, const std::function<void(const std::string& id)>& dropped);
 
+  // For the job table on disk (state_saving.cpp): `each` gets every job whose row may differ
+  // from the one last saved (every job not yet finished, and a finished one once), and the ids
+  // evicted since the last call are moved into `removed`.
+  void take_unsaved(const std::function<void(Job&)>& each, std::vector<std::string>& removed);
+  // A job restored exactly as its saved row says (recovery): nothing to save for it.
+  void mark_saved(const std::string& id) { unsaved_.erase(id); }
+  // A saved row of no job in the table (an id recovery refused): deleted with the next save.
+  void note_removed(const std::string& id) { removed_.push_back(id); }
+
  private:
+  // Drops from the index the jobs that finished since (a job never leaves kFinished).
+  void prune_unfinished() const;
+
   Map jobs_;
+  mutable std::map<std::string, Job*> unfinished_;  // a superset of the jobs not finished
+  std::set<std::string> unsaved_;
+  std::vector<std::string> removed_;
 };
 
 }  // namespace motor::runner

@@ -1,5 +1,5 @@
-// Start-up recovery: what an earlier runner left in state.json, the job logs and the cgroup
-// parent. Finished jobs come back as they were; queued ones are outcome_unknown (ran "none");
+// Start-up recovery: what an earlier runner left in its job table (state.db, or a state.json
+// it migrates), the job logs and the cgroup parent. Finished jobs come back as they were; queued ones are outcome_unknown (ran "none");
 // running ones are killed and recorded as outcome_unknown unless their log holds their terminal record;
 // cgroups no record names are killed and removed.
 #include <algorithm>
@@ -33,13 +33,17 @@ Status Runner::recover() {
   std::set<std::string> known_cgroups;
   const std::vector<std::string> existing_cgroups = cgroups_->list();
   for (auto& pj : state->jobs) {
-    if (!protocol::is_job_id(pj.job_id)) continue;
+    if (!protocol::is_job_id(pj.job_id)) {
+      jobs_.note_removed(pj.job_id);  // never loaded: its row goes with the first save
+      continue;
+    }
     if (pj.state == PersistedJob::State::kFinished && !pj.terminal_json.empty()) {
       restore_job(pj, pj.terminal_json);
+      jobs_.mark_saved(pj.job_id);  // its row is what it was: nothing to write again
       continue;
     }
     if (pj.state == PersistedJob::State::kQueued) {
-      // state.json is written asynchronously: a job may have started after its last save said
+      // The job table is written asynchronously: a job may have started after its last save said
       // "queued". If its cgroup exists (made just before the spawn) or its log has records, it
       // may have run: it is accounted for like a running one, never as "not started".
       const std::string cgroup = "job-" + pj.job_id;

@@ -194,8 +194,9 @@ class Runner : public JobHost, private AdmissionHost {
   void evict_finished();
   void update_status();
   // state_saving.cpp
-  Status save_state();
-  PersistedState state_snapshot();
+  Status save_state();  // on the loop: start-up, shutdown
+  PersistedJob persisted(const Job& job) const;
+  std::string take_state_change();  // encode_change of what changed since the last one
   // Room for what recording a new job takes on the state directory's filesystem (its log and
   // a save of state.json beside the old one); an error says why not.
   Status state_room() const;

@@ -1,5 +1,5 @@
-// state.json from the job table, saved once per loop iteration (Runner::request_save), and the
-// room checks that keep the state directory's filesystem able to take the next save.
+// The job table's changes, saved once per loop iteration (Runner::request_save) into state.db,
+// and the room checks that keep the state directory's filesystem able to take the next save.
 #include <sys/statvfs.h>
 
 #include "reactor/slow_call.hpp"
@@ -9,40 +9,36 @@
 
 namespace motor::runner {
 
-PersistedState Runner::state_snapshot() {
-  PersistedState st;
-  st.draining = draining_;
-  for (const auto& [id, job] : jobs_.all()) {
-    PersistedJob pj;
-    if (job->state() == Job::State::kFinished && !job->persisted_cache().empty()) {
-      pj.encoded = job->persisted_cache();
-      st.jobs.push_back(std::move(pj));
-      continue;
-    }
-    pj.job_id = id;
-    pj.caller = job->caller();
-    pj.workspace_key = job->workspace_key();
-    pj.summary = job->summary();
-    pj.state = job->state();
-    pj.cgroup = job->state() == Job::State::kRunning ? job->cgroup_name() : "";
-    pj.created_at_ms = job->created_at_ms();
-    pj.started_at_ms = job->started_at_ms();
-    pj.terminal_json = job->terminal_json();
-    if (job->secret_digest()) pj.secret_sha256 = to_hex(*job->secret_digest());
-    if (job->state() == Job::State::kFinished) {
-      job->persisted_cache() = encode_job(pj);
-      pj.encoded = job->persisted_cache();
-    }
-    st.jobs.push_back(std::move(pj));
-  }
-  return st;
+PersistedJob Runner::persisted(const Job& job) const {
+  PersistedJob pj;
+  pj.job_id = job.id();
+  pj.caller = job.caller();
+  pj.workspace_key = job.workspace_key();
+  pj.summary = job.summary();
+  pj.state = job.state();
+  pj.cgroup = job.state() == Job::State::kRunning ? job.cgroup_name() : "";
+  pj.created_at_ms = job.created_at_ms();
+  pj.started_at_ms = job.started_at_ms();
+  pj.terminal_json = job.terminal_json();
+  if (job.secret_digest()) pj.secret_sha256 = to_hex(*job.secret_digest());
+  return pj;
+}
+
+std::string Runner::take_state_change() {
+  // Only what may have changed since the last save: the jobs not finished (queued, running) and
+  // those that finished since, plus the ids evicted. Never the thousands of finished jobs kept.
+  std::vector<std::string> rows, removed;
+  jobs_.take_unsaved([&](Job& job) { rows.push_back(encode_job(persisted(job))); }, removed);
+  return encode_change(draining_, rows, removed);
 }
 
 Status Runner::save_state() {
-  reactor::SlowCall timed("saving state.json");
-  std::string text = encode_state(state_snapshot());
+  reactor::SlowCall timed("saving the job table");
+  std::vector<std::string> changes = state_writer_.take_unsaved();
+  changes.push_back(take_state_change());
+  const std::string text = join_changes(changes);
   last_state_bytes_ = text.size();
-  auto s = write_state_file(config_.state_dir, text);
+  auto s = apply_changes_now(config_.state_dir, text);
   if (!s) log_error("saving state: {}", s.error().message);
   return s;
 }
@@ -68,12 +64,12 @@ void Runner::request_save(std::function<void()> then, std::function<void(const E
         self->save_pending_ = false;
         auto waiters = std::move(self->after_save_);
         self->after_save_.clear();
-        // Encoding stays on the loop (microseconds); the write and its fsyncs do not (without its
-        // helper process the writer makes them here).
-        reactor::SlowCall timed("encoding state.json");
-        std::string text = encode_state(self->state_snapshot());
-        self->last_state_bytes_ = text.size();
-        self->state_writer_.write(std::move(text), std::move(waiters));
+        // Encoding what changed stays on the loop (microseconds); the transaction and its fsyncs
+        // do not (without its helper process the writer makes them here).
+        reactor::SlowCall timed("encoding a state change");
+        std::string change = self->take_state_change();
+        self->last_state_bytes_ = change.size();
+        self->state_writer_.write(std::move(change), std::move(waiters));
       }); rc != 0) {
     log_error("uv_check_start: {}; state.json is saved now, on the loop", uv_strerror(rc));
     save_pending_ = false;
@@ -102,8 +98,8 @@ Status Runner::state_room() const {
   struct statvfs state_fs {}, ws_fs {};
   if (statvfs(config_.state_dir.c_str(), &state_fs) != 0) return {};
   const int64_t free_bytes = static_cast<int64_t>(state_fs.f_bavail) * static_cast<int64_t>(state_fs.f_frsize);
-  // A save writes the whole state beside the old one before the rename; the job's log and its
-  // records need a little more.
+  // A save appends its change to the WAL (and a checkpoint copies pages into state.db); the
+  // job's log and its records need a little more.
   int64_t needed = 2 * static_cast<int64_t>(last_state_bytes_) + kStateSaveHeadroomBytes;
   // On the workspaces' filesystem the operator's floor is kept free besides.
   std::string ws = config_.effective_workspace_root();

@@ -11,7 +11,6 @@
 
 #include "motor/sys_error.hpp"
 #include "protocol/json_writer.hpp"
-#include "base/atomic_file.hpp"
 
 namespace motor::runner {
 
@@ -44,6 +43,35 @@ std::string encode_state(const PersistedState& state) {
   return out;
 }
 
+namespace {
+
+// One job object of state.json or of a change; an error if it has no job_id.
+Expected<PersistedJob> decode_job(simdjson::dom::element e, std::string_view where) {
+  PersistedJob j;
+  auto str = [&](const char* key, std::string& out) {
+    std::string_view s;
+    if (!e[key].get_string().get(s)) out = std::string(s);
+  };
+  str("job_id", j.job_id);
+  str("caller", j.caller);
+  str("workspace_key", j.workspace_key);
+  str("summary", j.summary);
+  std::string state;
+  str("state", state);
+  j.state = parse_job_state(state);
+  str("cgroup", j.cgroup);
+  str("secret_sha256", j.secret_sha256);
+  int64_t n = 0;
+  if (!e["created_at_ms"].get_int64().get(n)) j.created_at_ms = n;
+  if (!e["started_at_ms"].get_int64().get(n)) j.started_at_ms = n;
+  simdjson::dom::element t;
+  if (!e["terminal"].get(t) && !t.is_null()) j.terminal_json = simdjson::minify(t);
+  if (j.job_id.empty()) return make_error("state", fmt::format("{} has a job without a job_id", where));
+  return j;
+}
+
+}  // namespace
+
 Expected<PersistedState> decode_state(std::string_view json) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
@@ -67,37 +95,69 @@ Expected<PersistedState> decode_state(std::string_view json) {
   simdjson::dom::array jobs;
   if (root["jobs"].get_array().get(jobs)) return make_error("state", "state.json has no \"jobs\" list");
   for (simdjson::dom::element e : jobs) {
-    PersistedJob j;
-    auto str = [&](const char* key, std::string& out) {
-      std::string_view s;
-      if (!e[key].get_string().get(s)) out = std::string(s);
-    };
-    str("job_id", j.job_id);
-    str("caller", j.caller);
-    str("workspace_key", j.workspace_key);
-    str("summary", j.summary);
-    std::string state;
-    str("state", state);
-    j.state = parse_job_state(state);
-    str("cgroup", j.cgroup);
-    str("secret_sha256", j.secret_sha256);
-    int64_t n = 0;
-    if (!e["created_at_ms"].get_int64().get(n)) j.created_at_ms = n;
-    if (!e["started_at_ms"].get_int64().get(n)) j.started_at_ms = n;
-    simdjson::dom::element t;
-    if (!e["terminal"].get(t) && !t.is_null()) j.terminal_json = simdjson::minify(t);
-    if (j.job_id.empty()) return make_error("state", "state.json has a job without a job_id");
-    st.jobs.push_back(std::move(j));
+    auto j = decode_job(e, "state.json");
+    if (!j) return j.error();
+    st.jobs.push_back(std::move(*j));
   }
   return st;
 }
 
-Status save_state(const std::string& state_dir, const PersistedState& state) {
-  return write_state_file(state_dir, encode_state(state));
+std::string encode_change(bool draining, const std::vector<std::string>& encoded_jobs,
+                          const std::vector<std::string>& removed) {
+  protocol::JsonWriter w;
+  w.begin_object().field("draining", draining);
+  w.key("jobs").begin_array();
+  for (const auto& j : encoded_jobs) w.raw(j);
+  w.end_array();
+  w.key("removed").begin_array();
+  for (const auto& id : removed) w.string(id);
+  w.end_array().end_object();
+  return w.take();
 }
 
-Status write_state_file(const std::string& state_dir, std::string_view text) {
-  return write_file_atomically(state_dir + "/state.json", text, 0600);
+std::string join_changes(const std::vector<std::string>& changes) {
+  size_t n = 2;
+  for (const auto& c : changes) n += c.size() + 1;
+  std::string out;
+  out.reserve(n);
+  out.push_back('[');
+  for (size_t i = 0; i < changes.size(); ++i) {
+    if (i) out.push_back(',');
+    out += changes[i];
+  }
+  out.push_back(']');
+  return out;
+}
+
+Expected<std::vector<StateChange>> decode_changes(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (auto err = parser.parse(json.data(), json.size()).get(root)) {
+    return make_error("state", std::string("a state change is not valid JSON: ") + simdjson::error_message(err));
+  }
+  simdjson::dom::array list;
+  if (root.get_array().get(list)) return make_error("state", "state changes are not a list");
+  std::vector<StateChange> out;
+  for (simdjson::dom::element c : list) {
+    StateChange ch;
+    simdjson::dom::array jobs, removed;
+    if (c["draining"].get_bool().get(ch.draining) || c["jobs"].get_array().get(jobs) ||
+        c["removed"].get_array().get(removed)) {
+      return make_error("state", "a state change needs \"draining\", \"jobs\" and \"removed\"");
+    }
+    for (simdjson::dom::element e : jobs) {
+      auto j = decode_job(e, "a state change");
+      if (!j) return j.error();
+      ch.jobs.push_back(std::move(*j));
+    }
+    for (simdjson::dom::element e : removed) {
+      std::string_view id;
+      if (e.get_string().get(id) || id.empty()) return make_error("state", "a state change removes a job without an id");
+      ch.removed.emplace_back(id);
+    }
+    out.push_back(std::move(ch));
+  }
+  return out;
 }
 
 void remove_interrupted_saves(const std::string& state_dir) {
@@ -109,32 +169,6 @@ void remove_interrupted_saves(const std::string& state_dir) {
     if (name.size() == 18 && name.starts_with(".state.json.")) unlinkat(dirfd(d), e->d_name, 0);
   }
   closedir(d);
-}
-
-Expected<PersistedState> load_state(const std::string& state_dir) {
-  const std::string path = state_dir + "/state.json";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return PersistedState{};
-    return sys_error("opening " + path);
-  }
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return sys_error("reading " + path, err);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto st = decode_state(text);
-  if (!st) return make_error("state", path + ": " + st.error().message);
-  return st;
 }
 
 }  // namespace motor::runner

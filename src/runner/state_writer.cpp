@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <optional>
 
 #include "motor/fd_io.hpp"
 #include "motor/sys_error.hpp"
@@ -23,9 +25,22 @@ constexpr uint64_t kRetryMs = 1000;
 // writes are then made on the loop.
 constexpr uint64_t kRestartWindowMs = 1000;
 
-// The helper: read a length-prefixed state, write it atomically, answer a 2-byte big-endian
-// length and that many bytes: nothing = durable, else why it is not.
+Status apply_in_helper(std::optional<StateDb>& db, const std::string& state_dir, std::string_view text) {
+  auto changes = decode_changes(text);
+  if (!changes) return changes.error();
+  if (!db) {
+    auto opened = StateDb::open(state_dir);
+    if (!opened) return opened.error();
+    db = std::move(*opened);
+  }
+  return db->apply(*changes);  // a failed one rolled back whole; the connection stays usable
+}
+
+// The helper: read length-prefixed changes (join_changes' JSON), apply them in one transaction,
+// answer a 2-byte big-endian length and that many bytes: nothing = durable, else why it is not.
 [[noreturn]] void helper_main(int fd, const std::string& state_dir) {
+  std::optional<StateDb> db;  // opened here, after the fork: a connection never crosses one
+  if (auto opened = StateDb::open(state_dir)) db = std::move(*opened);  // else at the first write
   for (;;) {
     unsigned char h[4];
     if (!read_exact(fd, reinterpret_cast<char*>(h), 4)) _exit(0);
@@ -34,7 +49,7 @@ constexpr uint64_t kRestartWindowMs = 1000;
     if (!read_exact(fd, text.data(), len)) _exit(0);
     // Test build only: a slow disk (include/motor/test_switches.hpp). This is the helper, not the loop.
     if (const unsigned ms = test_switches().state_save_delay_ms) usleep(ms * 1000);
-    auto s = write_state_file(state_dir, text);
+    auto s = apply_in_helper(db, state_dir, text);
     std::string why = s ? std::string() : s.error().message.substr(0, 1000);
     if (!s) log_error("saving state: {}", why);
     const char answer_len[2] = {static_cast<char>(why.size() >> 8), static_cast<char>(why.size() & 0xff)};
@@ -95,28 +110,28 @@ void StateWriter::end_helper() {
   pid_ = -1;
 }
 
-void StateWriter::write(std::string text, std::vector<Waiter> waiters) {
-  if (!in_flight_ && !failing_) {
+void StateWriter::write(std::string change, std::vector<Waiter> waiters) {
+  if (!writing_ && !failing_) {
     in_flight_waiters_ = std::move(waiters);
-    send(std::move(text));
+    send({std::move(change)});
     return;
   }
-  // Newer state supersedes what waited: one write covers every change so far.
-  next_text_ = std::move(text);
+  // Queued behind the write in flight: the next transaction carries every change so far.
+  next_.push_back(std::move(change));
   for (auto& w : waiters) next_waiters_.push_back(std::move(w));
 }
 
-void StateWriter::send(std::string text) {
-  in_flight_ = true;
+void StateWriter::send(std::vector<std::string> changes) {
+  writing_ = true;
+  in_flight_ = std::move(changes);
+  const std::string text = join_changes(in_flight_);
   if (pid_ <= 0) {
     // No helper (it could not be started): the write is made here, on the loop.
-    auto s = write_state_file(state_dir_, text);
+    auto s = apply_changes_now(state_dir_, text);
     if (!s) log_error("saving state: {}", s.error().message);
-    in_flight_text_ = std::move(text);
     on_result(std::move(s));
     return;
   }
-  in_flight_text_ = text;
   auto* req = new std::pair<uv_write_t, std::string>();
   const auto n = static_cast<uint32_t>(text.size());
   req->second.reserve(text.size() + 4);
@@ -151,28 +166,30 @@ void StateWriter::on_ack(ssize_t nread, const uv_buf_t*) {
 }
 
 void StateWriter::on_result(Status result) {
-  if (!in_flight_) return;
-  in_flight_ = false;
+  if (!writing_) return;
+  writing_ = false;
   auto waiters = std::move(in_flight_waiters_);
   in_flight_waiters_.clear();
   if (result) {
     failing_ = false;
-    in_flight_text_.clear();
+    in_flight_.clear();
     send_next();
     for (auto& w : waiters) {
       if (w.durable) w.durable();
     }
     return;
   }
-  // Failed: the newest state is written again on the timer; what could not wait hears now.
+  // Failed (rolled back whole): these changes and every later one are written again on the
+  // timer; what could not wait hears now.
   failing_ = true;
-  if (!next_text_) next_text_ = std::move(in_flight_text_);
-  in_flight_text_.clear();
+  in_flight_.insert(in_flight_.end(), std::make_move_iterator(next_.begin()), std::make_move_iterator(next_.end()));
+  next_ = std::move(in_flight_);
+  in_flight_.clear();
   std::vector<Waiter> failed;
   for (auto& w : waiters) (w.failed ? failed : next_waiters_).push_back(std::move(w));
   if (retry_timer_.live()) uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
     auto* self = reactor::owner_of<StateWriter>(h);
-    if (!self || self->in_flight_) return;
+    if (!self || self->writing_) return;
     self->failing_ = false;
     self->send_next();
   }, kRetryMs, 0);
@@ -180,12 +197,12 @@ void StateWriter::on_result(Status result) {
 }
 
 void StateWriter::send_next() {
-  if (in_flight_ || !next_text_) return;
+  if (writing_ || next_.empty()) return;
   in_flight_waiters_ = std::move(next_waiters_);
   next_waiters_.clear();
-  std::string text = std::move(*next_text_);
-  next_text_.reset();
-  send(std::move(text));
+  std::vector<std::string> changes = std::move(next_);
+  next_.clear();
+  send(std::move(changes));
 }
 
 void StateWriter::helper_lost(const std::string& why) {
@@ -200,21 +217,33 @@ void StateWriter::helper_lost(const std::string& why) {
     log_info("the state writer was started again (pid {})", pid_);
   }
   // The write it had in hand (its answer never came) is made again, by the new helper or here.
-  if (in_flight_) {
-    in_flight_ = false;
-    send(std::move(in_flight_text_));
+  if (writing_) {
+    writing_ = false;
+    send(std::move(in_flight_));
   }
 }
 
 void StateWriter::stop() {
   // Writes after this one are made on the loop (the runner's last save at exit).
   if (retry_timer_.live()) uv_timer_stop(retry_timer_.get());
-  if (pid_ <= 0) return;
-  if (pipe_) pipe_->close();  // the helper reads EOF once it has finished the write in hand
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  if (pid_ > 0) {
+    if (pipe_) pipe_->close();  // the helper reads EOF once it has finished the write in hand
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
   }
-  pid_ = -1;
+}
+
+std::vector<std::string> StateWriter::take_unsaved() {
+  if (pid_ > 0) return {};
+  // An answer left unread at stop(): the write in hand may or may not have landed; it is made again.
+  std::vector<std::string> unsaved = std::move(in_flight_);
+  unsaved.insert(unsaved.end(), std::make_move_iterator(next_.begin()), std::make_move_iterator(next_.end()));
+  in_flight_.clear();
+  next_.clear();
+  writing_ = false;
+  return unsaved;
 }
 
 }  // namespace motor::runner

@@ -72,6 +72,7 @@ class V1Job final : public JobCgroup {
   }
 
   Status kill_all() override {
+    release_cpus();
     if (!unified_dir_.empty()) return v2_kill(unified_dir_);
     return freeze_and_kill();
   }
@@ -121,6 +122,17 @@ class V1Job final : public JobCgroup {
   }
 
  private:
+  // A job being killed gives up its CPU claim: each process runs its own exit (unmapping,
+  // uncharging), and 1,000 of them pinned to one CPU exit one after another there. Widened to
+  // the parent's CPUs, they exit on every core (issue 20's cancel row). Best effort: the kill
+  // goes on whatever this finds.
+  void release_cpus() {
+    if (roles_.cpuset < 0 || dirs_[static_cast<size_t>(roles_.cpuset)].empty()) return;
+    const std::string& dir = dirs_[static_cast<size_t>(roles_.cpuset)];
+    auto cpus = read_text(dir.substr(0, dir.rfind('/')) + "/cpuset.cpus");
+    if (cpus && !trim(*cpus).empty()) (void)write_text(dir + "/cpuset.cpus", trim(*cpus));
+  }
+
   // Pure v1 has no cgroup.kill. Freezing first means no process can fork a new one between our
   // reading cgroup.procs and the SIGKILLs; thawing lets the signals take effect. Repeat until a
   // frozen read finds the cgroup empty, for at most about two seconds.

@@ -1,13 +1,15 @@
-// libFuzzer: state.json as the state store's loader reads it at start (decode_state, which
-// load_state applies to the file's bytes).
-// Checks: no crash or sanitizer report; a corrupt file is an error with a reason, never a partial
-// state; a decoded state encodes (encode_state, what save_state writes) to one that decodes to
-// the same jobs.
+// libFuzzer: the job table's two JSON decoders. decode_state reads a state.json (what an older
+// runner wrote, migrated into state.db at start); decode_changes reads what the runner hands its
+// state writer (each change's rows, the ids evicted, the drain flag), before they reach SQLite.
+// Checks: no crash or sanitizer report; a bad input is an error with a reason, never a partial
+// result; what decodes re-encodes (encode_state; encode_job + encode_change + join_changes) to
+// one that decodes to the same jobs and changes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fuzz_check.hpp"
 #include "runner/state_store.hpp"
@@ -24,19 +26,47 @@ bool same_job(const r::PersistedJob& a, const r::PersistedJob& b) {
          a.started_at_ms == b.started_at_ms && a.secret_sha256 == b.secret_sha256;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view json(reinterpret_cast<const char*>(data), size);
+void fuzz_state_json(std::string_view json) {
   auto state = r::decode_state(json);
   if (!state) {
     check(!state.error().message.empty());
-    return 0;
+    return;
   }
   const std::string again = r::encode_state(*state);
   auto state2 = r::decode_state(again);
   check(state2.ok());
   check(state2->draining == state->draining && state2->jobs.size() == state->jobs.size());
   for (size_t i = 0; i < state->jobs.size(); ++i) check(same_job(state->jobs[i], state2->jobs[i]));
+}
+
+void fuzz_changes(std::string_view json) {
+  auto changes = r::decode_changes(json);
+  if (!changes) {
+    check(!changes.error().message.empty());
+    return;
+  }
+  std::vector<std::string> encoded;
+  for (const auto& ch : *changes) {
+    std::vector<std::string> rows;
+    for (const auto& j : ch.jobs) rows.push_back(r::encode_job(j));
+    encoded.push_back(r::encode_change(ch.draining, rows, ch.removed));
+  }
+  auto again = r::decode_changes(r::join_changes(encoded));
+  check(again.ok());
+  check(again->size() == changes->size());
+  for (size_t c = 0; c < changes->size(); ++c) {
+    const auto& a = (*changes)[c];
+    const auto& b = (*again)[c];
+    check(a.draining == b.draining && a.removed == b.removed && a.jobs.size() == b.jobs.size());
+    for (size_t i = 0; i < a.jobs.size(); ++i) check(same_job(a.jobs[i], b.jobs[i]));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view json(reinterpret_cast<const char*>(data), size);
+  fuzz_state_json(json);
+  fuzz_changes(json);
   return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "protocol/base64.hpp"
 #include "support/runner_harness.hpp"
+#include "support/state_text.hpp"
 
 namespace motor::test {
 namespace {
@@ -109,7 +110,7 @@ TEST_F(RunnerAttach, direct_secret_reattaches_replays_and_never_leaks) {
   EXPECT_EQ(runner_->client({"status", job, "--json"}).out.find(secret), std::string::npos);
   EXPECT_EQ(runner_->client({"list", "--json"}).out.find(secret), std::string::npos);
   // Only its digest is kept.
-  EXPECT_NE(read_file(runner_->state_dir() + "/state.json").find("\"secret_sha256\""), std::string::npos);
+  EXPECT_NE(state_text(runner_->state_dir()).find("\"secret_sha256\""), std::string::npos);
 }
 
 TEST_F(RunnerAttach, WrongSecretAndUnknownJobGetIdenticalRefusals) {

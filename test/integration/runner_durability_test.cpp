@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/job_id.hpp"
+#include "runner/state_store.hpp"
 #include "runner/state_writer.hpp"
 #include "support/runner_harness.hpp"
 
@@ -144,6 +145,22 @@ struct TestLoop {
   }
 };
 
+// One state change with a queued row for each id (the summary padded to `summary`).
+std::string change_body(const std::vector<std::string>& ids, const std::string& summary = "true") {
+  std::vector<std::string> rows;
+  for (const auto& id : ids) {
+    runner::PersistedJob j;
+    j.job_id = id;
+    j.caller = "root";
+    j.workspace_key = "default";
+    j.summary = summary;
+    j.state = runner::JobState::kQueued;
+    rows.push_back(runner::encode_job(j));
+  }
+  return runner::encode_change(false, rows, {});
+}
+std::string change_of(const std::vector<std::string>& ids) { return runner::join_changes({change_body(ids)}); }
+
 class RunnerDurability : public ::testing::Test {
  protected:
   void SetUp() override { MOTOR_REQUIRE(geteuid() == 0, "integration tests start real runners and mount tmpfs; need root"); }
@@ -171,6 +188,7 @@ TEST_F(RunnerDurability, TheStateWriterReportsAFailedSaveAndRetriesItOnATimer) {
   {
     TinyFs fs(dir + "/fs", "size=256k,mode=0700");
     ASSERT_TRUE(fs.mounted());
+    ASSERT_TRUE(runner::apply_changes_now(dir + "/fs", change_of({"01890a5e-0000-7000-8000-000000000000"})));
     TestLoop t;
     runner::StateWriter writer;
     ASSERT_TRUE(writer.start(&t.loop, dir + "/fs"));
@@ -180,7 +198,10 @@ TEST_F(RunnerDurability, TheStateWriterReportsAFailedSaveAndRetriesItOnATimer) {
     std::vector<runner::StateWriter::Waiter> waiters;
     waiters.push_back({[&] { durable = true; }, [&](const Error& e) { failed = true, why = e.message; }});
     waiters.push_back({[&] { retried = true; }, nullptr});  // waits for a save that succeeds
-    writer.write(std::string(100000, 'j'), std::move(waiters));
+    // Rows larger than the WAL's free pages: the commit must grow it, on a full disk.
+    std::vector<std::string> ids;
+    for (int i = 1; i <= 40; ++i) ids.push_back(fmt::format("01890a5e-0000-7000-8000-{:012}", i));
+    writer.write(change_body(ids, std::string(4000, 'j')), std::move(waiters));
     t.run_until([&] { return durable || failed; }, 5000ms);
     EXPECT_TRUE(failed) << "a failed save was reported as durable";
     EXPECT_FALSE(durable);
@@ -191,8 +212,11 @@ TEST_F(RunnerDurability, TheStateWriterReportsAFailedSaveAndRetriesItOnATimer) {
     t.run_until([&] { return retried; }, 5000ms);
     EXPECT_TRUE(retried) << "the save was not retried once there was room";
     EXPECT_FALSE(writer.failing());
-    EXPECT_EQ(read_file(dir + "/fs/state.json").size(), 100000u);
     writer.stop();
+    // Nothing lost: the row saved before the disk filled, and every row of the retried save.
+    auto st = runner::load_state(dir + "/fs");
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    EXPECT_EQ(st->jobs.size(), 41u);
   }
   remove_tree(dir);
 }
@@ -214,11 +238,13 @@ TEST_F(RunnerDurability, AStateWriterWhoseHelperDiesStartsItAgainAndSavesWhatItH
     for (int n = 1; n <= 3; ++n) {
       std::vector<runner::StateWriter::Waiter> w;
       w.push_back({[&] { ++done; }, nullptr});
-      writer.write(fmt::format("state {}", n), std::move(w));
+      writer.write(change_body({fmt::format("01890a5e-0000-7000-8000-{:012}", n)}), std::move(w));
       t.run_until([&] { return done >= n; }, 5000ms);
     }
     EXPECT_EQ(done, 3);
-    EXPECT_EQ(read_file(dir + "/state.json"), "state 3");
+    auto st = runner::load_state(dir);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    EXPECT_EQ(st->jobs.size(), 3u);
     EXPECT_GT(writer.pid(), 0);
     EXPECT_NE(writer.pid(), first);
     writer.stop();
@@ -285,30 +311,39 @@ TEST_F(RunnerDurability, AFullStateDiskRefusesNewJobsInsteadOfAcceptingAndLosing
 }
 
 TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRefusalSurvivesARestart) {
-  // Free blocks but no free inode for the save's temp file: the floor (bytes) passes, the save
-  // itself fails with ENOSPC.
-  ASSERT_TRUE(runner_on_tiny_fs("size=64m,nr_inodes=400,mode=0711"));
+  // The disk fills while the job's save is in the state writer's hands (a slow disk: the
+  // writer waits 1.5 s before each transaction): the room check passed, the commit itself fails
+  // with ENOSPC (its WAL frames need new blocks) and rolls back.
+  runner_ = std::make_unique<RunnerProcess>("disk_free_floor = 0\n");
+  runner_->use_binary(MOTOR_RUNNER_TESTING_BIN, {"--test-slow-state-save=1500"});
+  fs_ = std::make_unique<TinyFs>(runner_->state_dir(), "size=16m,mode=0711");
+  ASSERT_TRUE(fs_->mounted());
+  ASSERT_TRUE(runner_->start()) << runner_->log();
   RunnerProcess& runner = *runner_;
-  ASSERT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
-  fs_->fill_inodes(2);  // the job's log directory and its first segment
-  ASSERT_EQ(fs_->free_inodes(), 2);
+  auto first = runner.client({"run", "--json", "--", "/bin/true"});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const std::string kept = json_field(first.out.substr(0, first.out.find('\n')), "/job_id");
   RawClient c(runner.socket());
   ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
+  std::this_thread::sleep_for(500ms);  // the save is in the writer's hands
+  fs_->fill();
   auto frames = read_until_terminal(c);
   EXPECT_EQ(frame_of(frames, "accepted"), "") << "accepted although its record could not be saved";
   const std::string t = frame_of(frames, "terminal");
-  EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t;
+  EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t << runner.log();
   EXPECT_EQ(json_field(t, "/retry_after_ms"), "60000") << t;
   const std::string job = json_field(t, "/job_id");
   // While saves fail, new jobs are refused at once.
   auto refused = runner.client({"run", "--json", "-c", "true"});
   EXPECT_EQ(refused.exit_code, 75) << refused.out;
   fs_->free_all();
-  std::this_thread::sleep_for(1500ms);  // the retry timer saves the refusal
+  std::this_thread::sleep_for(4000ms);  // the retry timer saves the refusal (1 s + the slow disk)
   runner.kill9();
   ASSERT_TRUE(runner.start());
   auto status = runner.client({"status", job, "--json"});
   EXPECT_EQ(json_field(status.out, "/result/terminal/outcome/reason"), "runner_disk_full") << status.out;
+  // Nothing lost: the job recorded before the disk filled is still known.
+  EXPECT_EQ(json_field(runner.client({"status", kept, "--json"}).out, "/result/state"), "finished");
   EXPECT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
   runner.stop();
 }

@@ -228,12 +228,12 @@ class RunnerIsolation : public ::testing::Test {
 };
 
 // Control: empty tmpfs root + pivot_root + old root detached (mount namespace). The runner's
-// state directory and state.json exist on the host; inside the job they do not exist at all
-// (ENOENT, not merely EACCES).
+// state directory and its job table (state.db) exist on the host; inside the job they do not
+// exist at all (ENOENT, not merely EACCES).
 TEST_F(RunnerIsolation, EmptyRoot_RunnerStateIsAbsent) {
-  const std::string state_json = runner_->state_dir() + "/state.json";
+  const std::string state_json = runner_->state_dir() + "/state.db";
   plant_probe();
-  ASSERT_TRUE(fs::exists(state_json)) << "the runner keeps no state.json, so the test proves nothing";
+  ASSERT_TRUE(fs::exists(state_json)) << "the runner keeps no state.db, so the test proves nothing";
   auto p = probe({"read:" + state_json, "stat:" + runner_->state_dir(), "stat:" + runner_->dir(),
                   "stat:" + runner_->socket(), "ls:" + runner_->state_dir() + "/jobs"});
   EXPECT_EQ(p["read:" + state_json], "ENOENT");

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "support/runner_harness.hpp"
+#include "support/state_text.hpp"
 
 namespace motor::test {
 namespace {
@@ -235,7 +236,7 @@ TEST_F(RunnerJobs, SigtermKillsRunningJobsAndExitsZero) {
   }
   EXPECT_EQ(json_field(terminal, "/outcome"), R"({"type":"signal","signal":9})") << terminal;
   EXPECT_EQ(json_field(terminal, "/killed"), "shutdown") << terminal;
-  const std::string state = read_file(runner_->state_dir() + "/state.json");
+  const std::string state = state_text(runner_->state_dir());
   EXPECT_EQ(state.find("\"state\":\"running\""), std::string::npos) << state;
 }
 
@@ -243,9 +244,9 @@ TEST_F(RunnerJobs, StateFileIsPrivateAndNamesFinishedJobs) {
   auto r = runner_->client({"run", "--json", "-c", "true"});
   ASSERT_EQ(r.exit_code, 0);
   struct stat st {};
-  ASSERT_EQ(stat((runner_->state_dir() + "/state.json").c_str(), &st), 0);
+  ASSERT_EQ(stat((runner_->state_dir() + "/state.db").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_NE(read_file(runner_->state_dir() + "/state.json").find(json_field(r.out.substr(0, r.out.find('\n')), "/job_id")),
+  EXPECT_NE(state_text(runner_->state_dir()).find(json_field(r.out.substr(0, r.out.find('\n')), "/job_id")),
             std::string::npos);
 }
 

@@ -1,4 +1,5 @@
-// state.json: encode/decode, atomic save, and loading a missing or corrupt file.
+// The job table: state.json's codec (the migration's input), the change codec, and state.db
+// (changes, load, a missing or corrupt file). Torn writes, schemas and migration: state_db_test.cpp.
 #include "runner/state_store.hpp"
 
 #include <gtest/gtest.h>
@@ -121,44 +122,67 @@ TEST(StateCodec, AnotherVersionIsRefused) {
   EXPECT_TRUE(decode_state(R"({"version":1,"jobs":[]})").ok());
 }
 
-TEST_F(StateStoreTest, SaveThenLoad) {
-  ASSERT_TRUE(save_state(dir_, sample()).ok());
+// Every job of `st` as one change, applied to the table in `dir`.
+Status save(const std::string& dir, const PersistedState& st, std::vector<std::string> removed = {}) {
+  std::vector<std::string> rows;
+  for (const auto& j : st.jobs) rows.push_back(encode_job(j));
+  return apply_changes_now(dir, join_changes({encode_change(st.draining, rows, removed)}));
+}
+
+TEST(StateChangeCodec, RoundTripInOrder) {
+  const PersistedState st = sample();
+  std::vector<std::string> rows;
+  for (const auto& j : st.jobs) rows.push_back(encode_job(j));
+  const std::string text = join_changes({encode_change(true, rows, {}), encode_change(false, {}, {"gone"})});
+  auto back = decode_changes(text);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_TRUE((*back)[0].draining);
+  PersistedState first;
+  first.draining = true;
+  first.jobs = (*back)[0].jobs;
+  expect_same(first, st);
+  EXPECT_FALSE((*back)[1].draining);
+  EXPECT_EQ((*back)[1].removed, (std::vector<std::string>{"gone"}));
+}
+
+TEST(StateChangeCodec, Errors) {
+  EXPECT_FALSE(decode_changes("[{").ok());
+  EXPECT_FALSE(decode_changes(R"({"draining":false,"jobs":[],"removed":[]})").ok());  // not a list
+  EXPECT_FALSE(decode_changes(R"([{"jobs":[],"removed":[]}])").ok());
+  EXPECT_FALSE(decode_changes(R"([{"draining":false,"jobs":[{"caller":"a"}],"removed":[]}])").ok());
+  EXPECT_FALSE(decode_changes(R"([{"draining":false,"jobs":[],"removed":[""]}])").ok());
+  EXPECT_TRUE(decode_changes("[]").ok());
+}
+
+TEST_F(StateStoreTest, ChangesThenLoad) {
+  ASSERT_TRUE(save(dir_, sample()).ok());
   auto back = load_state(dir_);
   ASSERT_TRUE(back.ok()) << back.error().message;
   expect_same(*back, sample());
 }
 
-TEST_F(StateStoreTest, SaveIsAtomicAndPrivate) {
-  ASSERT_TRUE(save_state(dir_, sample()).ok());
+TEST_F(StateStoreTest, AChangeTouchesOnlyItsRowsAndTheFileIsPrivate) {
+  ASSERT_TRUE(save(dir_, sample()).ok());
   PersistedState second = sample();
   second.draining = false;
-  second.jobs.pop_back();
-  ASSERT_TRUE(save_state(dir_, second).ok());
-  // Only state.json: the temporary file was renamed over it, not left behind.
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-  EXPECT_EQ(names, (std::vector<std::string>{"state.json"}));
-  struct stat st {};
-  ASSERT_EQ(stat((dir_ + "/state.json").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  second.jobs.pop_back();  // the finished job goes; the running one finishes
+  second.jobs[0].state = JobState::kFinished;
+  second.jobs[0].cgroup = "";
+  second.jobs[0].terminal_json = R"({"type":"terminal"})";
+  ASSERT_TRUE(save(dir_, second, {sample().jobs[1].job_id}).ok());
+  PersistedState third;  // a change with no rows keeps every row
+  third.draining = false;
+  ASSERT_TRUE(save(dir_, third).ok());
   auto back = load_state(dir_);
   ASSERT_TRUE(back.ok());
   expect_same(*back, second);
-}
-
-TEST_F(StateStoreTest, SaveIsNotDisturbedByAStaleTemporaryFile) {
-  // A crash mid-save leaves a temp file beside state.json; the next save neither reads nor
-  // trips over it, and leaves no temp file of its own.
-  { std::ofstream(dir_ + "/.state.json.AAAAAA") << "garbage from a crash"; }
-  ASSERT_TRUE(save_state(dir_, sample()).ok());
-  size_t temps = 0;
-  for (const auto& e : fs::directory_iterator(dir_)) temps += e.path().filename().string().rfind(".state.json.", 0) == 0;
-  EXPECT_EQ(temps, 1u);  // only the stale one
-  EXPECT_TRUE(load_state(dir_).ok());
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/state.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
 TEST_F(StateStoreTest, InterruptedSavesAreRemovedAndNothingElse) {
-  ASSERT_TRUE(save_state(dir_, sample()).ok());
   for (const char* name : {".state.json.AAAAAA", ".state.json.x1Y2z3", ".state.json.short", "state.json.AAAAAA", "other"}) {
     std::ofstream(dir_ + "/" + name) << "x";
   }
@@ -166,14 +190,13 @@ TEST_F(StateStoreTest, InterruptedSavesAreRemovedAndNothingElse) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{".state.json.short", "other", "state.json", "state.json.AAAAAA"}));
-  EXPECT_TRUE(load_state(dir_).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{".state.json.short", "other", "state.json.AAAAAA"}));
 }
 
 TEST_F(StateStoreTest, SaveIntoAMissingDirectoryFails) {
-  auto s = save_state(dir_ + "/missing", sample());
+  auto s = save(dir_ + "/missing", sample());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("state.json"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("state.db"), std::string::npos) << s.error().message;
 }
 
 TEST_F(StateStoreTest, MissingFileIsAnEmptyState) {
@@ -183,7 +206,7 @@ TEST_F(StateStoreTest, MissingFileIsAnEmptyState) {
   EXPECT_TRUE(st->jobs.empty());
 }
 
-TEST_F(StateStoreTest, CorruptFileIsAnErrorNamingIt) {
+TEST_F(StateStoreTest, CorruptJsonFileIsAnErrorNamingIt) {
   { std::ofstream(dir_ + "/state.json") << "{\"draining\":true,\"jobs\":[{\"job_id\":"; }
   auto st = load_state(dir_);
   ASSERT_FALSE(st.ok());

@@ -1,5 +1,5 @@
 T('stat the state dir', lambda: os.stat(STATE) and None)
-T('read state.json', lambda: R(STATE + '/state.json'))
+T('read state.db', lambda: R(STATE + '/state.db'))
 T('list jobs/', lambda: len(os.listdir(STATE + '/jobs')))
 T('create a file in the state dir', lambda: W(STATE + '/gate-probe'))
 T('stat the socket', lambda: os.stat(SOCK) and None)
