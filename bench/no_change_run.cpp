@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "setup failed: {}\n", setup.err);
     return 1;
   }
-  motor::test::RunnerProcess runner;
+  motor::test::RunnerProcess runner("log_level = debug\n");  // the scan's timing lines
   if (!runner.start()) {
     fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
     return 1;
@@ -89,6 +90,22 @@ int main(int argc, char** argv) {
   fmt::print("  motor run --no-sync -- true               median {:7.1f} ms\n", b);
   fmt::print("  ratio vs --no-sync {:.2f} (goal <= 1.15; full sync {:.2f}); vs --no-sync in the same workspace {:.2f}\n",
              s / b, f / b, s / k);
+  // Where the runner's scans went (its debug log): answered from the baseline after a stat walk, or
+  // the full scan (the sandbox helper's git status), microseconds each.
+  std::vector<double> walks, fulls;
+  const std::string log = runner.log();
+  for (size_t at = 0; (at = log.find("workspace ", at)) != std::string::npos; ++at) {
+    const size_t eol = log.find('\n', at);
+    const std::string line = log.substr(at, eol - at);
+    const auto us = [&](const char* after) {
+      const size_t p = line.find(after);
+      return p == std::string::npos ? -1.0 : std::atof(line.c_str() + p + std::strlen(after));
+    };
+    if (line.find("answered from its baseline") != std::string::npos) walks.push_back(us("walked in "));
+    else if (line.find("full scan") != std::string::npos) fulls.push_back(us(") in "));
+  }
+  fmt::print("  runner's scans: {} answered from the baseline (stat walk median {:.0f} us), {} in full (median {:.0f} us)\n",
+             walks.size(), walks.empty() ? 0.0 : median(walks), fulls.size(), fulls.empty() ? 0.0 : median(fulls));
   motor::test::remove_tree(base);
   return 0;
 }

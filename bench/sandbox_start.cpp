@@ -34,6 +34,7 @@
 
 #include <fmt/format.h>
 
+#include "bwrap_peer.hpp"
 #include "first_output.hpp"
 #include "start_steps.hpp"
 #include "stats.hpp"
@@ -51,27 +52,7 @@ using motor::test::json_field;
 using motor::test::RawClient;
 using motor::test::RunnerProcess;
 
-bool is_symlink(const char* path) {
-  struct stat st {};
-  return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
-}
-
-// Issue 20's peer, flags in the issue's order, then `command`.
-std::vector<std::string> bwrap_argv(const std::vector<std::string>& command) {
-  std::vector<std::string> a{"/usr/bin/bwrap", "--ro-bind", "/usr", "/usr"};
-  // The merged-/usr links, as symlinks (as Motor recreates them).
-  for (const char* link : {"/bin", "/lib", "/lib64", "/sbin"}) {
-    if (!is_symlink(link)) continue;
-    char target[256];
-    const ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n <= 0) continue;
-    a.insert(a.end(), {"--symlink", std::string(target, static_cast<size_t>(n)), link});
-  }
-  a.insert(a.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent",
-                     "--new-session", "--cap-drop", "ALL"});
-  a.insert(a.end(), command.begin(), command.end());
-  return a;
-}
+using motor::bench::bwrap_argv;
 
 const std::vector<std::string> kUnshareArgv = {"/usr/bin/unshare", "--pid", "--fork", "--mount", "--net", "--ipc",
                                                "--uts", "--cgroup", "/bin/echo", "x"};

@@ -2,6 +2,8 @@
 // src/workspace (which does the work). docs/protocol.md "Workspaces".
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "motor/test_switches.hpp"
@@ -164,10 +166,17 @@ std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-",
 
 // The scan is charged the job's own memory limit: a job cannot plant more for git to load than it
 // could have used itself.
+// Another job of the same workspace still running could write during the scan: then no baseline
+// is used or kept (docs/workspaces.md).
 void Runner::scan_workspace(Job& job) {
+  const bool others_running = std::any_of(jobs_.all().begin(), jobs_.all().end(), [&job](const auto& entry) {
+    const Job& other = *entry.second;
+    return &other != &job && other.state() == Job::State::kRunning && other.caller() == job.caller() &&
+           other.workspace_key() == job.workspace_key();
+  });
   workspaces_->scan(job.caller(), job.workspace_key(), job.memory_bytes(), [this, id = job.id()](workspace::Workspaces::JobReport report) {
     if (Job* scanned = jobs_.find(id)) scanned->set_workspace_report(std::move(report.tree_hash), report.bundle_bytes, std::move(report.fields));
-  });
+  }, others_running);
 }
 
 }  // namespace motor::runner

@@ -38,6 +38,9 @@ std::optional<ChangeReport> parse_scan_output(std::string_view output) {
     const std::string_view path = status.substr(3, end - 3);
     status.remove_prefix(end + 1);
     if (xy == "!!") {
+      if (path.size() > 1 && path.ends_with('/') && r.ignored_dirs.size() < kMaxIgnoredDirs) {
+        r.ignored_dirs.emplace_back(path.substr(0, path.size() - 1));
+      }
       if (in_build_output(path)) continue;
       ++r.ignored_count;
       if (r.ignored_samples.size() < kMaxIgnoredSamples) r.ignored_samples.emplace_back(path);

@@ -18,6 +18,7 @@ inline constexpr size_t kMaxChangedPaths = 2000;
 inline constexpr size_t kMaxChangedPathBytes = 256 * 1024;
 inline constexpr size_t kMaxUntrackedListed = 100;
 inline constexpr size_t kMaxIgnoredSamples = 20;
+inline constexpr size_t kMaxIgnoredDirs = 10000;
 
 struct GitState {
   bool present = false;  // the workspace has a .git
@@ -33,6 +34,9 @@ struct ChangeReport {
   bool untracked_truncated = false;
   int64_t ignored_count = 0;           // ignored entries outside target/, node_modules/, dist/
   std::vector<std::string> ignored_samples;
+  // Directories git reported ignored as a whole ("!! d/", build outputs too), without the '/':
+  // git did not enter them, so nothing in them is part of the report (at most kMaxIgnoredDirs).
+  std::vector<std::string> ignored_dirs;
   GitState git;
 };
 

@@ -170,6 +170,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
     next.tree.checkout_ms = static_cast<int64_t>((uv_hrtime() - checkout_start) / 1000000);
     next.git = GitState{};  // the checkout removed any .git a job made
     next.dirty = false;
+    next.baseline.reset();  // the index and HEAD the last report was made against are gone
     if (auto st = save_record(caller, key, next); !st) return then(setup_failed(st.error().message), nullptr);
     records_[k] = next;
     then(std::nullopt, &records_[k]);

@@ -18,6 +18,7 @@
 #include "motor/test_switches.hpp"
 #include "motor/unique_fd.hpp"
 #include "reactor/slow_call.hpp"
+#include "workspace/stat_walk.hpp"
 #include "workspace/workspace_dir.hpp"
 #include "workspace/workspace_names.hpp"
 #include "workspace/workspaces_internal.hpp"
@@ -51,8 +52,30 @@ fi
 
 }  // namespace
 
+namespace {
+
+// Where the filesystem's clock is read for a workspace's baseline: the runner's git dir for it,
+// which no job sees. Its filesystem must be the workspace's (the walk checks st_dev).
+std::string clock_marker(const std::string& meta) { return meta + "/scan-clock"; }
+
+// The quick check of a scan, off the loop (libuv's thread pool): a fresh stamp for the next
+// baseline, and, if there is a baseline, whether any inode of the workspace changed since it.
+struct QuickCheck {
+  uv_work_t req{};
+  std::string workspace, marker;
+  std::shared_ptr<const void> baseline_owner;  // keeps `skip` and `since` alive
+  const std::set<std::string>* skip = nullptr;
+  FsStamp since;
+  Expected<FsStamp> now = make_error("internal", "not run");
+  std::optional<WalkVerdict> verdict;
+  uint64_t started_ns = 0, walked_ns = 0;
+  std::function<void(QuickCheck&)> then;
+};
+
+}  // namespace
+
 void Workspaces::scan(const std::string& caller, const std::string& key, int64_t memory_bytes,
-                      std::function<void(JobReport)> done) {
+                      std::function<void(JobReport)> done, bool others_running) {
   const std::string k = id_key(caller, key);
   auto it = records_.find(k);
   if (it == records_.end()) return done(JobReport{});  // never prepared: nothing to compare with
@@ -60,6 +83,64 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
   base.tree_hash = it->second.tree.tree;
   base.bundle_bytes = it->second.tree.bundle_bytes;
   ++busy_[k];
+  if (others_running) {
+    return scan_with_git(k, caller, key, memory_bytes, std::nullopt, std::move(base), std::move(done));
+  }
+  auto check = std::make_unique<QuickCheck>();
+  check->workspace = it->second.tree.workspace_dir;
+  check->marker = clock_marker(meta_dir(caller, key));
+  if (const auto& b = it->second.baseline) {
+    check->baseline_owner = b;
+    check->skip = &b->skip;
+    check->since = b->taken;
+  }
+  check->started_ns = uv_hrtime();
+  check->then = [this, alive = alive_, k, caller, key, memory_bytes, base = std::move(base),
+                 done = std::move(done)](QuickCheck& c) mutable {
+    if (!*alive) return;
+    auto rec = records_.find(k);
+    if (rec != records_.end() && c.verdict && c.verdict->unchanged && rec->second.baseline.get() == c.baseline_owner.get()) {
+      log_debug("workspace {}: scan answered from its baseline: {} inodes unchanged, walked in {} us", k,
+                c.verdict->entries, (c.walked_ns - c.started_ns) / 1000);
+      settle(k);
+      const auto baseline = rec->second.baseline;
+      return answer_scan(k, baseline->report, std::move(base), done);
+    }
+    if (c.verdict) log_debug("workspace {}: scanning in full after {} us: {}", k, (c.walked_ns - c.started_ns) / 1000, c.verdict->reason);
+    if (!c.now) log_warning("workspace {}: no baseline for the next scan: {}", k, c.now.error().message);
+    scan_with_git(k, caller, key, memory_bytes, c.now ? std::optional<FsStamp>(*c.now) : std::nullopt, std::move(base),
+                  std::move(done));
+  };
+  check->req.data = check.get();
+  const int rc = uv_queue_work(
+      loop_, &check->req,
+      [](uv_work_t* req) {
+        auto& c = *static_cast<QuickCheck*>(req->data);
+        c.now = filesystem_now(c.marker);
+        if (c.skip) c.verdict = unchanged_since(c.workspace, *c.skip, c.since);
+        c.walked_ns = uv_hrtime();
+      },
+      [](uv_work_t* req, int) {
+        std::unique_ptr<QuickCheck> c(static_cast<QuickCheck*>(req->data));
+        c->then(*c);
+      });
+  if (rc != 0) {
+    log_warning("workspace {}: uv_queue_work: {}; scanning in full", k, uv_strerror(rc));
+    QuickCheck& c = *check;
+    c.now = make_error("internal", "uv_queue_work failed");
+    return c.then(c);
+  }
+  (void)check.release();  // owned by the work request until its after-work callback
+}
+
+void Workspaces::scan_with_git(const std::string& k, const std::string& caller, const std::string& key,
+                               int64_t memory_bytes, std::optional<FsStamp> stamp, JobReport base,
+                               std::function<void(JobReport)> done) {
+  auto it = records_.find(k);
+  if (it == records_.end()) {
+    settle(k);
+    return done(std::move(base));
+  }
   ChildSpec spec;
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(it->second.tree.workspace_dir, meta_dir(caller, key), it->second.mirror, kScanScript);
@@ -68,7 +149,9 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
   if (!control_weakened("scan-masks")) spec.argv.insert(spec.argv.begin() + 1, "--mask-special-git-files");  // test build only
   spec.env = git_env();
   spec.timeout_ms = kScanTimeoutMs;
-  run_helper(std::move(spec), memory_bytes, [this, alive = alive_, k, base, done = std::move(done)](ChildResult r) mutable {
+  const uint64_t started_ns = uv_hrtime();
+  run_helper(std::move(spec), memory_bytes, [this, alive = alive_, k, stamp, started_ns, base = std::move(base),
+                                             done = std::move(done)](ChildResult r) mutable {
     if (!*alive) return;
     settle(k);
     auto rec = records_.find(k);
@@ -78,23 +161,43 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
       report = parse_scan_output(r.out);
     }
     if (!report || rec == records_.end()) {
-      if (rec != records_.end()) rec->second.dirty = true;
+      if (rec != records_.end()) {
+        rec->second.dirty = true;
+        rec->second.baseline.reset();
+      }
       base.fields.reset();
       log_warning("workspace {}: the changed-paths scan failed: {}", k, r.describe());
       return done(std::move(base));
     }
-    base.fields = encode_report(*report, rec->second.git);
-    const bool git_moved = !(rec->second.git == report->git);
-    rec->second.git = report->git;
-    if (git_moved) {
-      const auto slash = k.find('/');  // a caller's name holds no '/' (a path key does)
-      if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
-        log_error("workspace {}: saving its .git state: {}", k, st.error().message);
-      }
+    log_debug("workspace {}: full scan (the sandbox helper's git status) in {} us", k, (uv_hrtime() - started_ns) / 1000);
+    if (stamp) {
+      auto b = std::make_shared<ScanBaseline>();
+      b->taken = *stamp;
+      b->skip.insert(report->ignored_dirs.begin(), report->ignored_dirs.end());
+      b->report = *report;
+      rec->second.baseline = std::move(b);
+    } else {
+      rec->second.baseline.reset();
     }
-    rec->second.dirty = !report->changes.empty() || report->git.present;
-    done(std::move(base));
+    answer_scan(k, *report, std::move(base), done);
   });
+}
+
+void Workspaces::answer_scan(const std::string& k, const ChangeReport& report, JobReport base,
+                             std::function<void(JobReport)>& done) {
+  auto rec = records_.find(k);
+  if (rec == records_.end()) return done(std::move(base));
+  base.fields = encode_report(report, rec->second.git);
+  const bool git_moved = !(rec->second.git == report.git);
+  rec->second.git = report.git;
+  if (git_moved) {
+    const auto slash = k.find('/');  // a caller's name holds no '/' (a path key does)
+    if (auto st = save_record(k.substr(0, slash), k.substr(slash + 1), rec->second); !st) {
+      log_error("workspace {}: saving its .git state: {}", k, st.error().message);
+    }
+  }
+  rec->second.dirty = !report.changes.empty() || report.git.present;
+  done(std::move(base));
 }
 
 void Workspaces::list_prepared_files(const std::string& caller, const std::string& key,

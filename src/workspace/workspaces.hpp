@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "motor/unique_fd.hpp"
 #include "workspace/change_report.hpp"
 #include "workspace/child_process.hpp"
+#include "workspace/stat_walk.hpp"
 
 namespace motor::workspace {
 
@@ -111,7 +113,10 @@ class Workspaces {
     std::optional<protocol::WorkspaceReportJson> fields;
   };
   // The scan runs with the job's memory limit (`memory_bytes`; 0: helper_memory_bytes).
-  void scan(const std::string& caller, const std::string& key, int64_t memory_bytes, std::function<void(JobReport)> done);
+  // `others_running`: another job of this workspace runs meanwhile (its writes could land during
+  // the scan), so the scan neither answers from nor keeps a baseline (docs/workspaces.md).
+  void scan(const std::string& caller, const std::string& key, int64_t memory_bytes, std::function<void(JobReport)> done,
+            bool others_running = false);
 
   // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
   // disk from it): nullopt if the workspace was never prepared.
@@ -126,11 +131,20 @@ class Workspaces {
 
  private:
   struct Transfer;
+  // The last full scan's report with a filesystem stamp taken before its git started: the next
+  // scan answers with it when no inode of the workspace changed since (stat_walk.hpp), entering
+  // no directory git reported ignored as a whole.
+  struct ScanBaseline {
+    FsStamp taken;
+    std::set<std::string> skip;
+    ChangeReport report;
+  };
   struct Record {
     PreparedTree tree;
     std::string mirror;  // host path of the mirror holding tree.commit
     GitState git;        // the job-made .git's state after the last job (absent after a prepare)
     bool dirty = true;   // a job may have changed it since the last checkout (unknown: true)
+    std::shared_ptr<const ScanBaseline> baseline;  // none after a checkout and at start
   };
   std::string mirror_path(const std::string& caller, const std::string& repository_root) const;
   std::string meta_dir(const std::string& caller, const std::string& key) const;
@@ -175,6 +189,12 @@ class Workspaces {
   // A checkout in progress is marked on disk (<meta>.checkout beside the record): a runner that
   // died during one finds the mark at start and drops the half-written workspace.
   std::string checkout_mark_path(const std::string& caller, const std::string& key) const;
+  // The full scan: git status in the sandbox helper; `stamp` (taken before it) becomes the
+  // workspace's baseline if it succeeds.
+  void scan_with_git(const std::string& k, const std::string& caller, const std::string& key, int64_t memory_bytes,
+                     std::optional<FsStamp> stamp, JobReport base, std::function<void(JobReport)> done);
+  // The report of a scan, from the git scan's output or a baseline.
+  void answer_scan(const std::string& k, const ChangeReport& report, JobReport base, std::function<void(JobReport)>& done);
   std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
                                         const std::string& mirror, const std::string& script) const;
 

@@ -19,6 +19,8 @@ TEST(ChangeReport, SortsStatusEntriesIntoChangesUntrackedAndIgnored) {
   EXPECT_EQ(r->untracked, (std::vector<std::string>{"new file.txt"}));
   EXPECT_EQ(r->ignored_count, 1);  // target/, node_modules/ and dist/ are not counted
   EXPECT_EQ(r->ignored_samples, (std::vector<std::string>{"debug.log"}));
+  // The directories git did not enter (the next scan's stat walk skips them too).
+  EXPECT_EQ(r->ignored_dirs, (std::vector<std::string>{"target", "node_modules", "dist"}));
   auto json = encode_report(*r, GitState{});
   EXPECT_EQ(json.changes, R"(["src/a.rs","gone.txt","new file.txt"])");
   EXPECT_EQ(json.untracked_files, R"({"paths":["new file.txt"],"truncated":false})");
