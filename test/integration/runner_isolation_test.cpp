@@ -627,7 +627,7 @@ TEST_F(RunnerIsolation, EnvFilter_SecretCanariesNeverReachTheJob) {
                                           "--env", "GH_HOST=forwarded-" + m};
   std::vector<std::string> args = env_args;
   for (const char* a : {"-c", "env; echo ---; tr '\\0' '\\n' < /proc/1/environ; echo ---; "
-                              "tr '\\0' '\\n' < /proc/self/environ; echo ---; tr '\\0' '\\n' < /proc/$$/environ"}) {
+                              "cat /proc/self/environ | tr '\\0' '\\n'; echo ---; tr '\\0' '\\n' < /proc/$$/environ"}) {
     args.emplace_back(a);
   }
   auto r = run(args);
@@ -635,7 +635,8 @@ TEST_F(RunnerIsolation, EnvFilter_SecretCanariesNeverReachTheJob) {
   EXPECT_EQ(r.out.find("canary-"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(runner_env_canary_), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("MOTOR_RUNNER_ENV_CANARY"), std::string::npos) << r.out;
-  // The forwarded one is there three times: env, tr's and the shell's environ. init's environ is
+  // The forwarded one is there three times: env, cat's and the shell's environ (cat opens its
+  // own: a file bash opened for tr before its exec reads an environ that is gone). init's environ is
   // unreadable (motor-init is not dumpable).
   EXPECT_NE(r.err.find("/proc/1/environ: Permission denied"), std::string::npos) << r.err;
   size_t seen = 0;
