@@ -6,10 +6,8 @@
 // itself, see sandbox_probe.cpp) copied into the job's workspace and started with
 // MOTOR_SANDBOX_PROBE=1: it prints one "check = result" line per check, results being "OK", an
 // errno name or a value. The rest use the toolchain the job sees (sh, python3, id, unshare,
-// mount).
-//
-// Every test was run once with its control removed (docs/job-isolation.md, "Tests through the
-// runner").
+// mount). Every test was run once with its control removed (docs/job-isolation.md, "Tests
+// through the runner").
 #include <arpa/inet.h>
 #include <glob.h>
 #include <gtest/gtest.h>
@@ -28,7 +26,6 @@
 #include <future>
 #include <map>
 #include <set>
-#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
