@@ -61,6 +61,115 @@ double timed_ms(const std::vector<std::string>& argv, const std::vector<std::str
   return ms;
 }
 
+// A git checkout of 10,000 files in 100 directories, committed (for the no-change run).
+void make_checkout(const std::string& repo) {
+  auto setup = motor::test::run_program(
+      {"/bin/sh", "-ec",
+       fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
+                   "for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
+                   "printf 'directory %s file %s\\n' $d $f > d$d/f$f.txt; done; done && git add -A && git commit -qm tree",
+                   repo)},
+      {}, std::chrono::seconds(600));
+  if (setup.exit_code != 0) fmt::print(stderr, "checkout set-up failed: {}\n", setup.err);
+}
+
+// The medians' samples, each list one figure of the report.
+struct Samples {
+  std::vector<double> remote, baseline, checkout, remote2, local, bridge, old_bridge;
+};
+
+struct Commands {
+  std::vector<std::string> motor_run, motor_in_checkout, ssh_true, local_run, bridge_start;
+  std::vector<std::string> env, old_env;
+  std::string dir, repo;
+};
+
+Samples measure(const Commands& c, int n) {
+  Samples s;
+  for (int i = 0; i < n; ++i) {
+    // Alternate the order so that neither always runs first after the other.
+    if (i % 2 == 0) {
+      s.remote.push_back(timed_ms(c.motor_run, c.env, c.dir));
+      s.baseline.push_back(timed_ms(c.ssh_true, {}, c.dir));
+    } else {
+      s.baseline.push_back(timed_ms(c.ssh_true, {}, c.dir));
+      s.remote.push_back(timed_ms(c.motor_run, c.env, c.dir));
+    }
+    s.checkout.push_back(timed_ms(c.motor_in_checkout, c.env, c.repo));
+    s.remote2.push_back(timed_ms(c.motor_run, c.env, c.dir));
+    s.local.push_back(timed_ms(c.local_run, {}, c.dir));
+    s.bridge.push_back(timed_ms(c.bridge_start, {}, c.dir, 64));
+    s.old_bridge.push_back(timed_ms(c.motor_run, c.old_env, c.dir));
+  }
+  return s;
+}
+
+void print_figures(const Samples& s, int n) {
+  const std::string load = motor::test::read_file("/proc/loadavg");
+  fmt::print("remote callers over OpenSSH, medians of {} interleaved runs (ms); load average {}", n, load);
+  fmt::print("  motor --host run --no-sync -- true (warm master)   {:8.2f}\n", median(s.remote));
+  fmt::print("  ssh -S master host true (warm master, free key)    {:8.2f}\n", median(s.baseline));
+  fmt::print("  ratio                                               {:8.2f}  (goal <= 1.3)\n", median(s.remote) / median(s.baseline));
+  fmt::print("  motor --socket run --no-sync -- true (local)       {:8.2f}\n", median(s.local));
+  fmt::print("  ssh -S motor-key-master host (bridge starts, 64)   {:8.2f}\n", median(s.bridge));
+  fmt::print("  the same remote job via motor-runner connect       {:8.2f}\n", median(s.old_bridge));
+  fmt::print("  motor --host run -- true, unchanged 10,000 files   {:8.2f}\n", median(s.checkout));
+  fmt::print("  motor --host run --no-sync -- true (same rounds)   {:8.2f}\n", median(s.remote2));
+  fmt::print("  ratio                                               {:8.2f}  (issue 20's goal <= 1.15)\n",
+             median(s.checkout) / median(s.remote2));
+}
+
+// Both systems over one sshd: the commands, the warm-up of both masters, the rounds, the figures.
+int bench_over_ssh(const motor::test::RunnerProcess& runner, int n) {
+  motor::test::SshServer sshd;
+  const std::string bench_key = sshd.make_key("bench"), free_key = sshd.make_key("free");
+  const std::string old_key = sshd.make_key("old");
+  sshd.authorize("motor", motor::test::SshServer::bridge_options(runner.socket(), "bench"), bench_key);
+  sshd.authorize("motor", motor::test::SshServer::runner_connect_options(runner.socket(), "bench"), old_key);
+  sshd.authorize("motor", "restrict", free_key);
+  if (!sshd.start()) {
+    fmt::print(stderr, "sshd did not start:\n{}\n", sshd.log());
+    return 1;
+  }
+  const std::string repo = sshd.dir() + "/repo";
+  make_checkout(repo);
+  Commands c;
+  c.dir = sshd.dir();
+  c.repo = repo;
+  c.env = sshd.client_env(bench_key);
+  c.env.push_back("XDG_CACHE_HOME=" + sshd.dir() + "/cache");
+  // The older bridge's master lives in a runtime directory of its own (the ControlPath is per
+  // runtime directory and host, so it would otherwise ride the motor-bridge key's master).
+  c.old_env = sshd.client_env(old_key);
+  const std::string old_runtime = sshd.dir() + "/run-old";
+  mkdir(old_runtime.c_str(), 0700);
+  c.old_env.push_back("XDG_RUNTIME_DIR=" + old_runtime);
+  c.motor_run = {MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--no-sync", "--", "true"};
+  c.motor_in_checkout = {MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--", "true"};
+  const std::string master = sshd.dir() + "/free.master";
+  const std::vector<std::string> ssh_base{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", free_key, "-p",
+                                          std::to_string(sshd.port()), "-o", "ControlPath=" + master};
+  auto with = [](std::vector<std::string> v, const std::vector<std::string>& more) {
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  c.ssh_true = with(ssh_base, {"-o", "ControlMaster=no", "-T", "motor@127.0.0.1", "true"});
+  c.local_run = {MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
+  // Warm both masters (and the checkout's first sync).
+  timed_ms(with(ssh_base, {"-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", "motor@127.0.0.1"}), {},
+           sshd.dir());
+  timed_ms(c.motor_run, c.env, sshd.dir());
+  timed_ms(c.motor_run, c.old_env, sshd.dir());
+  timed_ms(c.motor_in_checkout, c.env, repo);
+  timed_ms(c.ssh_true, {}, sshd.dir());
+  const auto sockets = sshd.control_sockets();
+  c.bridge_start = {"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", bench_key, "-p",
+                    std::to_string(sshd.port()), "-S", sockets.empty() ? "" : sockets[0], "-T",
+                    "motor@127.0.0.1", "true"};
+  print_figures(measure(c, n), n);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,86 +183,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
     return 1;
   }
-  {
-    motor::test::SshServer sshd;
-    const std::string bench_key = sshd.make_key("bench"), free_key = sshd.make_key("free");
-    const std::string old_key = sshd.make_key("old");
-    sshd.authorize("motor", motor::test::SshServer::bridge_options(runner.socket(), "bench"), bench_key);
-    sshd.authorize("motor", motor::test::SshServer::runner_connect_options(runner.socket(), "bench"), old_key);
-    sshd.authorize("motor", "restrict", free_key);
-    if (!sshd.start()) {
-      fmt::print(stderr, "sshd did not start:\n{}\n", sshd.log());
-      return 1;
-    }
-    const std::string repo = sshd.dir() + "/repo";
-    auto setup = motor::test::run_program(
-        {"/bin/sh", "-ec",
-         fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
-                     "for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
-                     "printf 'directory %s file %s\\n' $d $f > d$d/f$f.txt; done; done && git add -A && git commit -qm tree",
-                     repo)},
-        {}, std::chrono::seconds(600));
-    if (setup.exit_code != 0) fmt::print(stderr, "checkout set-up failed: {}\n", setup.err);
-
-    auto env = sshd.client_env(bench_key);
-    env.push_back("XDG_CACHE_HOME=" + sshd.dir() + "/cache");
-    // The older bridge's master lives in a runtime directory of its own (the ControlPath is per
-    // runtime directory and host, so it would otherwise ride the motor-bridge key's master).
-    auto old_env = sshd.client_env(old_key);
-    const std::string old_runtime = sshd.dir() + "/run-old";
-    mkdir(old_runtime.c_str(), 0700);
-    old_env.push_back("XDG_RUNTIME_DIR=" + old_runtime);
-    const std::vector<std::string> motor_run{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--no-sync", "--", "true"};
-    const std::vector<std::string> motor_in_checkout{MOTOR_CLIENT_BIN, "--host", sshd.url(), "run", "--", "true"};
-    const std::string master = sshd.dir() + "/free.master";
-    const std::vector<std::string> ssh_base{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", free_key, "-p",
-                                            std::to_string(sshd.port()), "-o", "ControlPath=" + master};
-    auto with = [](std::vector<std::string> v, const std::vector<std::string>& more) {
-      v.insert(v.end(), more.begin(), more.end());
-      return v;
-    };
-    const auto ssh_true = with(ssh_base, {"-o", "ControlMaster=no", "-T", "motor@127.0.0.1", "true"});
-    const std::vector<std::string> local_run{MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
-    // Warm both masters (and the checkout's first sync).
-    timed_ms(with(ssh_base, {"-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", "motor@127.0.0.1"}), {},
-             sshd.dir());
-    timed_ms(motor_run, env, sshd.dir());
-    timed_ms(motor_run, old_env, sshd.dir());
-    timed_ms(motor_in_checkout, env, repo);
-    timed_ms(ssh_true, {}, sshd.dir());
-    const auto sockets = sshd.control_sockets();
-    const std::vector<std::string> bridge_start{"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", bench_key, "-p",
-                                                std::to_string(sshd.port()), "-S", sockets.empty() ? "" : sockets[0], "-T",
-                                                "motor@127.0.0.1", "true"};
-
-    std::vector<double> remote, baseline, checkout, remote2, local, bridge, old_bridge;
-    for (int i = 0; i < n; ++i) {
-      // Alternate the order so that neither always runs first after the other.
-      if (i % 2 == 0) {
-        remote.push_back(timed_ms(motor_run, env, sshd.dir()));
-        baseline.push_back(timed_ms(ssh_true, {}, sshd.dir()));
-      } else {
-        baseline.push_back(timed_ms(ssh_true, {}, sshd.dir()));
-        remote.push_back(timed_ms(motor_run, env, sshd.dir()));
-      }
-      checkout.push_back(timed_ms(motor_in_checkout, env, repo));
-      remote2.push_back(timed_ms(motor_run, env, sshd.dir()));
-      local.push_back(timed_ms(local_run, {}, sshd.dir()));
-      bridge.push_back(timed_ms(bridge_start, {}, sshd.dir(), 64));
-      old_bridge.push_back(timed_ms(motor_run, old_env, sshd.dir()));
-    }
-    const std::string load = motor::test::read_file("/proc/loadavg");
-    fmt::print("remote callers over OpenSSH, medians of {} interleaved runs (ms); load average {}", n, load);
-    fmt::print("  motor --host run --no-sync -- true (warm master)   {:8.2f}\n", median(remote));
-    fmt::print("  ssh -S master host true (warm master, free key)    {:8.2f}\n", median(baseline));
-    fmt::print("  ratio                                               {:8.2f}  (goal <= 1.3)\n", median(remote) / median(baseline));
-    fmt::print("  motor --socket run --no-sync -- true (local)       {:8.2f}\n", median(local));
-    fmt::print("  ssh -S motor-key-master host (bridge starts, 64)   {:8.2f}\n", median(bridge));
-    fmt::print("  the same remote job via motor-runner connect       {:8.2f}\n", median(old_bridge));
-    fmt::print("  motor --host run -- true, unchanged 10,000 files   {:8.2f}\n", median(checkout));
-    fmt::print("  motor --host run --no-sync -- true (same rounds)   {:8.2f}\n", median(remote2));
-    fmt::print("  ratio                                               {:8.2f}  (issue 20's goal <= 1.15)\n",
-               median(checkout) / median(remote2));
-  }
-  return 0;
+  return bench_over_ssh(runner, n);
 }

@@ -81,6 +81,140 @@ std::string one_request(const RunnerProcess& r, const std::string& method, const
   return c.read_frame().value_or("");
 }
 
+struct Submitted {
+  std::string token, job_id;
+};
+
+// One round's clients: four jobs (the first cancelled once accepted), a drain then a resume, and
+// a `motor workspace prepare`.
+struct Round {
+  std::vector<std::unique_ptr<RawClient>> jobs;
+  std::vector<Submitted> submitted;
+  std::unique_ptr<RawClient> drain;  // connected after the jobs
+  std::optional<bool> acked_draining;  // what the last reply said
+  bool later_in_flight = true;         // a request after that reply is unanswered
+  pid_t prepare = -1;
+};
+
+void start_round(Round& round, const RunnerProcess& runner, const std::string& repo, const std::string& marker,
+                 int& token_counter, std::mt19937& rng) {
+  for (int k = 0; k < 4; ++k) {
+    const std::string token = fmt::format("{}-{}", marker, token_counter++);
+    std::uniform_int_distribution<int> ms(0, 300);
+    const std::string command = fmt::format("echo > /workspace/ran.{}; sleep 0.{:03d}; echo done", token, ms(rng));
+    round.jobs.push_back(std::make_unique<RawClient>(runner.socket()));
+    round.jobs.back()->send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{}}}}})", json_quote(command)));
+    round.submitted.push_back({token, ""});
+  }
+  round.drain = std::make_unique<RawClient>(runner.socket());
+  round.drain->send_frame(R"({"id":1,"method":"runner.drain","params":{}})");
+  round.prepare = fork();
+  if (round.prepare == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    if (chdir(repo.c_str()) != 0) _exit(1);
+    execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner.socket().c_str(), "workspace", "prepare", "-w", "prep",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+}
+
+// Reads the round's replies until kill_at: job ids as they are accepted (cancelling the first
+// job's), the drain's reply (then a resume) and the resume's.
+void drive_round_until(Round& round, std::chrono::steady_clock::time_point kill_at) {
+  bool cancel_sent = false;
+  auto& jobs = round.jobs;
+  auto& submitted = round.submitted;
+  while (std::chrono::steady_clock::now() < kill_at) {
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      while (auto f = jobs[k]->read_frame(1ms)) {
+        if (json_field(*f, "/type") == "accepted") {
+          submitted[k].job_id = json_field(*f, "/job_id");
+          if (k == 0 && !cancel_sent) {
+            cancel_sent = true;
+            jobs[k]->send_frame(fmt::format(R"({{"id":2,"method":"exec.cancel","params":{{"job_id":"{}"}}}})", submitted[k].job_id));
+          }
+        }
+      }
+    }
+    while (auto f = round.drain->read_frame(1ms)) {
+      if (json_field(*f, "/id") == "1" && json_field(*f, "/result/draining") == "true") {
+        round.acked_draining = true;
+        round.drain->send_frame(R"({"id":2,"method":"runner.resume","params":{}})");
+      } else if (json_field(*f, "/id") == "2" && json_field(*f, "/result/draining") == "false") {
+        round.acked_draining = false;
+        round.later_in_flight = false;
+      }
+    }
+  }
+}
+
+// What the connections still held when the runner died counts too; and the prepare must end.
+void collect_after_kill(Round& round) {
+  for (size_t k = 0; k < round.jobs.size(); ++k) {
+    while (auto f = round.jobs[k]->read_frame(100ms)) {
+      if (json_field(*f, "/type") == "accepted") round.submitted[k].job_id = json_field(*f, "/job_id");
+    }
+  }
+  while (auto f = round.drain->read_frame(100ms)) {
+    if (json_field(*f, "/id") == "1" && json_field(*f, "/result/draining") == "true") round.acked_draining = true;
+    if (json_field(*f, "/id") == "2" && json_field(*f, "/result/draining") == "false") round.acked_draining = false, round.later_in_flight = false;
+  }
+  int status = 0;
+  for (int i = 0; i < 2000 && waitpid(round.prepare, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(10ms);
+  if (waitpid(round.prepare, &status, WNOHANG) == 0) {
+    ADD_FAILURE() << "motor workspace prepare did not end after the runner died";
+    kill(round.prepare, SIGKILL);
+    waitpid(round.prepare, &status, 0);
+  }
+}
+
+// Every accepted job has a true terminal record.
+void expect_true_terminals(const RunnerProcess& runner, const std::string& ws, const std::vector<Submitted>& submitted,
+                           std::vector<Submitted>& all, std::map<std::string, int>& outcomes) {
+  for (const auto& s : submitted) {
+    const bool ran = access((ws + "/ran." + s.token).c_str(), F_OK) == 0;
+    if (s.job_id.empty()) continue;
+    const std::string st = one_request(runner, "exec.status", fmt::format(R"({{"job_id":"{}"}})", s.job_id));
+    EXPECT_EQ(json_field(st, "/result/state"), "finished") << st;
+    const std::string terminal = json_field(st, "/result/terminal");
+    ASSERT_NE(terminal, "null") << "accepted job " << s.job_id << " has no terminal record";
+    if (ran) {
+      EXPECT_NE(json_field(terminal, "/ran"), "none") << "job " << s.job_id << " ran but is reported as not started: " << terminal;
+      EXPECT_NE(json_field(terminal, "/outcome/type"), "refused_before_start") << terminal;
+    }
+    if (json_field(terminal, "/outcome/type") == "exit") {
+      EXPECT_TRUE(ran) << "exit recorded for a job that never ran: " << terminal;
+    }
+    all.push_back(s);
+    ++outcomes[json_field(terminal, "/outcome/type") + (ran ? " (ran)" : "")];
+  }
+}
+
+// The drain flag is what its last answered request said.
+void expect_drain_flag(const RunnerProcess& runner, const Round& round) {
+  const std::string draining = json_field(one_request(runner, "runner.status"), "/result/draining");
+  if (round.acked_draining && !round.later_in_flight) {
+    EXPECT_EQ(draining, *round.acked_draining ? "true" : "false");
+  } else if (round.acked_draining && *round.acked_draining) {  // the resume after it may or may not have been saved
+    EXPECT_TRUE(draining == "true" || draining == "false") << draining;
+  }
+}
+
+// Nothing of the dead runner's is left: its jobs' processes, its helpers, its cgroups.
+void expect_nothing_left(const RunnerProcess& runner, const std::set<pid_t>& left, const std::string& marker) {
+  for (int i = 0; i < 300; ++i) {
+    bool any = false;
+    for (pid_t p : left) any = any || alive(p);
+    if (!any) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  for (pid_t p : left) EXPECT_FALSE(alive(p)) << "pid " << p << " (" << read_file(fmt::format("/proc/{}/cmdline", p)) << ") outlived the runner";
+  for (const auto& cg : job_cgroups(runner.cgroup_parent())) ADD_FAILURE() << "cgroup " << cg << " outlived its runner";
+  EXPECT_TRUE(processes_with(marker).empty());
+}
+
 TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothingBehind) {
   MOTOR_REQUIRE(geteuid() == 0, "starts real runners; needs root");
   MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
@@ -96,122 +230,24 @@ TEST(RunnerCrash, KillNineAtRandomPointsLosesNoJobMisreportsNoneAndLeavesNothing
   const std::string ws = runner.workspace("default");
   const std::string marker = unique_marker();
 
-  struct Submitted {
-    std::string token, job_id;
-  };
   std::vector<Submitted> all;
   std::map<std::string, int> outcomes;  // what the rounds ended in, for the log
   int token_counter = 0;
-  for (int round = 0; round < rounds; ++round) {
-    SCOPED_TRACE(fmt::format("round {}", round));
-    // Jobs (one of them cancelled once accepted), a drain then a resume, a workspace prepare.
-    std::vector<std::unique_ptr<RawClient>> jobs;
-    std::vector<Submitted> submitted;
-    for (int k = 0; k < 4; ++k) {
-      const std::string token = fmt::format("{}-{}", marker, token_counter++);
-      std::uniform_int_distribution<int> ms(0, 300);
-      const std::string command = fmt::format("echo > /workspace/ran.{}; sleep 0.{:03d}; echo done", token, ms(rng));
-      jobs.push_back(std::make_unique<RawClient>(runner.socket()));
-      jobs.back()->send_frame(fmt::format(R"({{"id":1,"method":"exec.run","params":{{"command":{}}}}})", json_quote(command)));
-      submitted.push_back({token, ""});
-    }
-    RawClient drain(runner.socket());
-    drain.send_frame(R"({"id":1,"method":"runner.drain","params":{}})");
-    std::optional<bool> acked_draining;  // what the last reply said
-    bool later_in_flight = true;         // a request after that reply is unanswered
-    const pid_t prepare = fork();
-    if (prepare == 0) {
-      const int null = ::open("/dev/null", O_WRONLY);
-      dup2(null, 1);
-      dup2(null, 2);
-      if (chdir((base + "/repo").c_str()) != 0) _exit(1);
-      execl(MOTOR_CLIENT_BIN, MOTOR_CLIENT_BIN, "--socket", runner.socket().c_str(), "workspace", "prepare", "-w", "prep",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-
+  for (int round_number = 0; round_number < rounds; ++round_number) {
+    SCOPED_TRACE(fmt::format("round {}", round_number));
+    Round round;
+    start_round(round, runner, base + "/repo", marker, token_counter, rng);
     std::uniform_int_distribution<int> delay(0, 700);
-    const auto kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay(rng));
-    bool cancel_sent = false;
-    std::set<pid_t> left;
-    while (std::chrono::steady_clock::now() < kill_at) {
-      for (size_t k = 0; k < jobs.size(); ++k) {
-        while (auto f = jobs[k]->read_frame(1ms)) {
-          if (json_field(*f, "/type") == "accepted") {
-            submitted[k].job_id = json_field(*f, "/job_id");
-            if (k == 0 && !cancel_sent) {
-              cancel_sent = true;
-              jobs[k]->send_frame(fmt::format(R"({{"id":2,"method":"exec.cancel","params":{{"job_id":"{}"}}}})", submitted[k].job_id));
-            }
-          }
-        }
-      }
-      while (auto f = drain.read_frame(1ms)) {
-        if (json_field(*f, "/id") == "1" && json_field(*f, "/result/draining") == "true") {
-          acked_draining = true;
-          drain.send_frame(R"({"id":2,"method":"runner.resume","params":{}})");
-        } else if (json_field(*f, "/id") == "2" && json_field(*f, "/result/draining") == "false") {
-          acked_draining = false;
-          later_in_flight = false;
-        }
-      }
-    }
-    left = descendants_of(runner.pid());
+    drive_round_until(round, std::chrono::steady_clock::now() + std::chrono::milliseconds(delay(rng)));
+    const std::set<pid_t> left = descendants_of(runner.pid());
     runner.kill9();
-    // What the connections still held when the runner died counts too.
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      while (auto f = jobs[k]->read_frame(100ms)) {
-        if (json_field(*f, "/type") == "accepted") submitted[k].job_id = json_field(*f, "/job_id");
-      }
-    }
-    while (auto f = drain.read_frame(100ms)) {
-      if (json_field(*f, "/id") == "1" && json_field(*f, "/result/draining") == "true") acked_draining = true;
-      if (json_field(*f, "/id") == "2" && json_field(*f, "/result/draining") == "false") acked_draining = false, later_in_flight = false;
-    }
-    int status = 0;
-    for (int i = 0; i < 2000 && waitpid(prepare, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(10ms);
-    if (waitpid(prepare, &status, WNOHANG) == 0) {
-      ADD_FAILURE() << "motor workspace prepare did not end after the runner died";
-      kill(prepare, SIGKILL);
-      waitpid(prepare, &status, 0);
-    }
+    collect_after_kill(round);
 
     ASSERT_TRUE(runner.start()) << runner.log();
-    // Every accepted job has a true terminal record.
-    for (const auto& s : submitted) {
-      const bool ran = access((ws + "/ran." + s.token).c_str(), F_OK) == 0;
-      if (s.job_id.empty()) continue;
-      const std::string st = one_request(runner, "exec.status", fmt::format(R"({{"job_id":"{}"}})", s.job_id));
-      EXPECT_EQ(json_field(st, "/result/state"), "finished") << st;
-      const std::string terminal = json_field(st, "/result/terminal");
-      ASSERT_NE(terminal, "null") << "accepted job " << s.job_id << " has no terminal record";
-      if (ran) {
-        EXPECT_NE(json_field(terminal, "/ran"), "none") << "job " << s.job_id << " ran but is reported as not started: " << terminal;
-        EXPECT_NE(json_field(terminal, "/outcome/type"), "refused_before_start") << terminal;
-      }
-      if (json_field(terminal, "/outcome/type") == "exit") {
-        EXPECT_TRUE(ran) << "exit recorded for a job that never ran: " << terminal;
-      }
-      all.push_back(s);
-      ++outcomes[json_field(terminal, "/outcome/type") + (ran ? " (ran)" : "")];
-    }
-    // The drain flag is what its last answered request said.
-    const std::string draining = json_field(one_request(runner, "runner.status"), "/result/draining");
-    if (acked_draining && !later_in_flight) {
-      EXPECT_EQ(draining, *acked_draining ? "true" : "false");
-    } else if (acked_draining && *acked_draining) {  // the resume after it may or may not have been saved
-      EXPECT_TRUE(draining == "true" || draining == "false") << draining;
-    }
-    // Nothing of the dead runner's is left: its jobs' processes, its helpers, its cgroups.
-    for (int i = 0; i < 300; ++i) {
-      bool any = false;
-      for (pid_t p : left) any = any || alive(p);
-      if (!any) break;
-      std::this_thread::sleep_for(10ms);
-    }
-    for (pid_t p : left) EXPECT_FALSE(alive(p)) << "pid " << p << " (" << read_file(fmt::format("/proc/{}/cmdline", p)) << ") outlived the runner";
-    for (const auto& cg : job_cgroups(runner.cgroup_parent())) ADD_FAILURE() << "cgroup " << cg << " outlived its runner";
-    EXPECT_TRUE(processes_with(marker).empty());
+    expect_true_terminals(runner, ws, round.submitted, all, outcomes);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_drain_flag(runner, round);
+    expect_nothing_left(runner, left, marker);
     one_request(runner, "runner.resume");
     if (::testing::Test::HasFatalFailure()) break;
   }

@@ -124,6 +124,37 @@ int simulate_capable_runner() {
   return 0;
 }
 
+// The child's stdout, stderr and set-up error pipes into res until all three close; past
+// opts.timeout_ms, kills it through its pidfd (init dies: so does its namespace).
+void read_until_closed(LaunchResult& res, int out_fd, int err_fd, int status_fd, int pidfd, pid_t pid,
+                       const LaunchOptions& opts) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.timeout_ms);
+  pollfd pfd[3] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}, {status_fd, POLLIN, 0}};
+  std::string* sinks[3] = {&res.out, &res.err, &res.setup_error};
+  int open_count = 3;
+  while (open_count > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0 && !res.timed_out) {
+      res.timed_out = true;
+      syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);  // init dies: so does its namespace
+    }
+    if (poll(pfd, 3, left > 0 ? static_cast<int>(left) : 1000) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 3; ++i) {
+      if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = read(pfd[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+        if (i == 0 && opts.on_output) opts.on_output(pid, res.out);
+      } else {
+        close(pfd[i].fd);
+        pfd[i].fd = -1;
+        --open_count;
+      }
+    }
+  }
+}
+
 LaunchResult launch(const ChildHooks& hooks, const std::vector<std::string>& command, const std::string& cwd,
                     uid_t uid, gid_t gid, const LaunchOptions& opts = {}) {
   LaunchResult res;
@@ -179,31 +210,7 @@ LaunchResult launch(const ChildHooks& hooks, const std::vector<std::string>& com
     close(st[0]);
     return res;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.timeout_ms);
-  pollfd pfd[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {st[0], POLLIN, 0}};
-  std::string* sinks[3] = {&res.out, &res.err, &res.setup_error};
-  int open_count = 3;
-  while (open_count > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0 && !res.timed_out) {
-      res.timed_out = true;
-      syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);  // init dies: so does its namespace
-    }
-    if (poll(pfd, 3, left > 0 ? static_cast<int>(left) : 1000) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 3; ++i) {
-      if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      const ssize_t n = read(pfd[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(n));
-        if (i == 0 && opts.on_output) opts.on_output(static_cast<pid_t>(pid), res.out);
-      } else {
-        close(pfd[i].fd);
-        pfd[i].fd = -1;
-        --open_count;
-      }
-    }
-  }
+  read_until_closed(res, out[0], err[0], st[0], pidfd, static_cast<pid_t>(pid), opts);
   waitpid(static_cast<pid_t>(pid), &res.status, 0);
   close(pidfd);
   return res;

@@ -83,118 +83,145 @@ std::string family_of(const Parsed& p, const std::string& sample) {
   return {};
 }
 
+// Where parse_exposition is in the text: the family whose block it is in, the families closed
+// before it, and every series seen so far.
+struct ParseState {
+  std::string current_family;
+  std::set<std::string> closed_families;
+  std::set<std::string> seen_series;
+};
+
+// A "# HELP name text" or "# TYPE name type" line; an error message or "".
+std::string parse_help_or_type(const std::string& line, const std::string& where, Parsed& p, ParseState& st) {
+  std::string& current_family = st.current_family;
+  std::set<std::string>& closed_families = st.closed_families;
+  const bool is_help = line[2] == 'H';
+  const size_t end = scan_name(line, 7, true);
+  if (end == 7) return where + "no metric name";
+  const std::string name = line.substr(7, end - 7);
+  if (is_help) {
+    if (end < line.size() && line[end] != ' ') return where + "bad name";
+    std::string help;
+    for (size_t i = end + 1; i < line.size(); ++i) {
+      if (line[i] == '\\') {
+        if (i + 1 >= line.size()) return where + "dangling backslash in HELP";
+        const char e = line[++i];
+        if (e == '\\') help += '\\';
+        else if (e == 'n') help += '\n';
+        else return where + "bad escape in HELP";
+      } else {
+        help += line[i];
+      }
+    }
+    if (p.help.count(name)) return where + "second HELP for " + name;
+    p.help[name] = help;
+  } else {
+    if (end >= line.size() || line[end] != ' ') return where + "TYPE without a type";
+    const std::string type = line.substr(end + 1);
+    if (type != "counter" && type != "gauge" && type != "histogram" && type != "summary" && type != "untyped") {
+      return where + "unknown type " + type;
+    }
+    if (p.type.count(name)) return where + "second TYPE for " + name;
+    if (closed_families.count(name)) return where + "TYPE after samples of " + name;
+    p.type[name] = type;
+    p.family_order.push_back(name);
+  }
+  if (name != current_family) {
+    if (!current_family.empty()) closed_families.insert(current_family);
+    if (closed_families.count(name)) return where + "family " + name + " is split";
+    current_family = name;
+  }
+  return {};
+}
+
+// The label set of a sample from just after its '{' at line[i] (i ends after the '}'); an error
+// message or "".
+std::string parse_labels(const std::string& line, const std::string& where, size_t& i, Sample& s) {
+  ++i;
+  std::set<std::string> label_names;
+  while (i < line.size() && line[i] != '}') {
+    const size_t lend = scan_name(line, i, false);
+    if (lend == i) return where + "bad label name";
+    const std::string lname = line.substr(i, lend - i);
+    if (!label_names.insert(lname).second) return where + "label " + lname + " twice";
+    i = lend;
+    if (line.compare(i, 2, "=\"") != 0) return where + "expected =\" after label name";
+    i += 2;
+    std::string value;
+    bool closed = false;
+    while (i < line.size()) {
+      const char c = line[i++];
+      if (c == '"') {
+        closed = true;
+        break;
+      }
+      if (c == '\\') {
+        if (i >= line.size()) return where + "dangling backslash";
+        const char e = line[i++];
+        if (e == '\\') value += '\\';
+        else if (e == '"') value += '"';
+        else if (e == 'n') value += '\n';
+        else return where + "bad escape \\" + std::string(1, e);
+      } else {
+        value += c;
+      }
+    }
+    if (!closed) return where + "unterminated label value";
+    s.labels.emplace_back(lname, value);
+    if (i < line.size() && line[i] == ',') ++i;
+    else if (i < line.size() && line[i] != '}') return where + "expected , or }";
+  }
+  if (i >= line.size()) return where + "unterminated label set";
+  ++i;  // '}'
+  return {};
+}
+
+// A sample line ("name{labels} value [timestamp]"); an error message or "".
+std::string parse_sample(const std::string& line, const std::string& where, Parsed& p, ParseState& st) {
+  Sample s;
+  size_t i = scan_name(line, 0, true);
+  if (i == 0) return where + "no metric name";
+  s.name = line.substr(0, i);
+  if (i < line.size() && line[i] == '{') {
+    if (std::string error = parse_labels(line, where, i, s); !error.empty()) return error;
+  }
+  if (i >= line.size() || line[i] != ' ') return where + "expected one space before the value";
+  ++i;
+  const size_t vend = line.find(' ', i);
+  s.raw_value = line.substr(i, vend == std::string::npos ? std::string::npos : vend - i);
+  if (vend != std::string::npos) {
+    // An optional timestamp: an integer (ms).
+    const std::string ts = line.substr(vend + 1);
+    if (ts.empty() || ts.find_first_not_of("-0123456789") != std::string::npos) return where + "bad timestamp";
+  }
+  const auto v = parse_value(s.raw_value);
+  if (!v) return where + "bad value \"" + s.raw_value + "\"";
+  s.value = *v;
+  const std::string family = family_of(p, s.name);
+  if (family.empty()) return where + "sample without a TYPE";
+  if (family != st.current_family) return where + "sample of " + family + " outside its family's block";
+  std::string key = s.name;
+  for (const auto& [k, val] : s.labels) key += "\x1f" + k + "=" + val;
+  if (!st.seen_series.insert(key).second) return where + "duplicate series";
+  p.samples.push_back(std::move(s));
+  return {};
+}
+
 // Returns an error message, or "" when the whole text is valid.
 std::string parse_exposition(const std::string& text, Parsed& p) {
   if (!text.empty() && text.back() != '\n') return "text does not end in a newline";
   int n = 0;
-  std::string current_family;
-  std::set<std::string> closed_families;
-  std::set<std::string> seen_series;
+  ParseState st;
   for (const std::string& line : lines_of(text)) {
     ++n;
     const std::string where = "line " + std::to_string(n) + " \"" + line + "\": ";
     if (line.empty()) continue;
     if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
-      const bool is_help = line[2] == 'H';
-      const size_t end = scan_name(line, 7, true);
-      if (end == 7) return where + "no metric name";
-      const std::string name = line.substr(7, end - 7);
-      if (is_help) {
-        if (end < line.size() && line[end] != ' ') return where + "bad name";
-        std::string help;
-        for (size_t i = end + 1; i < line.size(); ++i) {
-          if (line[i] == '\\') {
-            if (i + 1 >= line.size()) return where + "dangling backslash in HELP";
-            const char e = line[++i];
-            if (e == '\\') help += '\\';
-            else if (e == 'n') help += '\n';
-            else return where + "bad escape in HELP";
-          } else {
-            help += line[i];
-          }
-        }
-        if (p.help.count(name)) return where + "second HELP for " + name;
-        p.help[name] = help;
-      } else {
-        if (end >= line.size() || line[end] != ' ') return where + "TYPE without a type";
-        const std::string type = line.substr(end + 1);
-        if (type != "counter" && type != "gauge" && type != "histogram" && type != "summary" && type != "untyped") {
-          return where + "unknown type " + type;
-        }
-        if (p.type.count(name)) return where + "second TYPE for " + name;
-        if (closed_families.count(name)) return where + "TYPE after samples of " + name;
-        p.type[name] = type;
-        p.family_order.push_back(name);
-      }
-      if (name != current_family) {
-        if (!current_family.empty()) closed_families.insert(current_family);
-        if (closed_families.count(name)) return where + "family " + name + " is split";
-        current_family = name;
-      }
+      if (std::string error = parse_help_or_type(line, where, p, st); !error.empty()) return error;
       continue;
     }
     if (line[0] == '#') continue;  // a comment
-    Sample s;
-    size_t i = scan_name(line, 0, true);
-    if (i == 0) return where + "no metric name";
-    s.name = line.substr(0, i);
-    if (i < line.size() && line[i] == '{') {
-      ++i;
-      std::set<std::string> label_names;
-      while (i < line.size() && line[i] != '}') {
-        const size_t lend = scan_name(line, i, false);
-        if (lend == i) return where + "bad label name";
-        const std::string lname = line.substr(i, lend - i);
-        if (!label_names.insert(lname).second) return where + "label " + lname + " twice";
-        i = lend;
-        if (line.compare(i, 2, "=\"") != 0) return where + "expected =\" after label name";
-        i += 2;
-        std::string value;
-        bool closed = false;
-        while (i < line.size()) {
-          const char c = line[i++];
-          if (c == '"') {
-            closed = true;
-            break;
-          }
-          if (c == '\\') {
-            if (i >= line.size()) return where + "dangling backslash";
-            const char e = line[i++];
-            if (e == '\\') value += '\\';
-            else if (e == '"') value += '"';
-            else if (e == 'n') value += '\n';
-            else return where + "bad escape \\" + std::string(1, e);
-          } else {
-            value += c;
-          }
-        }
-        if (!closed) return where + "unterminated label value";
-        s.labels.emplace_back(lname, value);
-        if (i < line.size() && line[i] == ',') ++i;
-        else if (i < line.size() && line[i] != '}') return where + "expected , or }";
-      }
-      if (i >= line.size()) return where + "unterminated label set";
-      ++i;  // '}'
-    }
-    if (i >= line.size() || line[i] != ' ') return where + "expected one space before the value";
-    ++i;
-    const size_t vend = line.find(' ', i);
-    s.raw_value = line.substr(i, vend == std::string::npos ? std::string::npos : vend - i);
-    if (vend != std::string::npos) {
-      // An optional timestamp: an integer (ms).
-      const std::string ts = line.substr(vend + 1);
-      if (ts.empty() || ts.find_first_not_of("-0123456789") != std::string::npos) return where + "bad timestamp";
-    }
-    const auto v = parse_value(s.raw_value);
-    if (!v) return where + "bad value \"" + s.raw_value + "\"";
-    s.value = *v;
-    const std::string family = family_of(p, s.name);
-    if (family.empty()) return where + "sample without a TYPE";
-    if (family != current_family) return where + "sample of " + family + " outside its family's block";
-    std::string key = s.name;
-    for (const auto& [k, val] : s.labels) key += "\x1f" + k + "=" + val;
-    if (!seen_series.insert(key).second) return where + "duplicate series";
-    p.samples.push_back(std::move(s));
+    if (std::string error = parse_sample(line, where, p, st); !error.empty()) return error;
   }
   return {};
 }
