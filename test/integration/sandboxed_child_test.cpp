@@ -59,6 +59,9 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
   void TearDown() override {
     cgroup_.reset();
     job_starter_.stop();
+    // The reaper removes a dropped job cgroup on the loop: let it finish before the parent goes
+    // (a parent with a child cgroup left cannot be removed).
+    if (loop_live_) uv_run(&loop_, UV_RUN_DEFAULT);
     if (driver_) (void)driver_->remove_parent();
     driver_.reset();
     for (const char* h : {"unified", "memory", "pids", "cpuset", "freezer", "cpu", ""}) {
