@@ -96,11 +96,11 @@ Status Job::begin_running(const JobLaunch& launch) {
 }
 
 Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-                  sandbox::Starter& starter, const sandbox::Account& account) {
+                  sandbox::Starter& starter) {
   cgroup_name_ = "job-" + id_;
   if (auto s = begin_running(launch); !s) return s;
-  LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.executable, launch.argv, launch.env, launch.cwd,
-                           launch.memory_bytes, launch.pids_max, launch.cpus, &account, caller_};
+  LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.command, launch.memory_bytes, launch.pids_max,
+                           launch.cpus, caller_};
   ExecutionSink& sink = *this;
   auto created = std::make_unique<LinuxExecution>(host_.loop(), std::move(linux_launch), sink);
   LinuxExecution& execution = *created;

@@ -49,10 +49,7 @@ class JobHost : public RecordHost {
 };
 
 struct JobLaunch {
-  std::string executable;
-  std::vector<std::string> argv;
-  std::vector<std::string> env;
-  std::string cwd;
+  JobCommand command;  // a Linux job's (a VM job's command goes in its VmJobSpec)
   std::string summary;
   int64_t timeout_s = 0;
   int64_t memory_bytes = 0;
@@ -80,13 +77,12 @@ class Job : private ExecutionSink {
   // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
   // watches it. On error nothing is left but the job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-               sandbox::Starter& starter, const sandbox::Account& account);
+               sandbox::Starter& starter);
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
   // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
   // job_backend = systemd (unit_jobs.cpp): the same sandbox as a transient systemd unit.
-  Status start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units,
-                    const sandbox::Account& account);
+  Status start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);

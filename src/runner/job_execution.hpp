@@ -12,8 +12,31 @@
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
 #include "runner/job_log.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/spawn.hpp"
 
 namespace motor::runner {
+
+// The command a Linux job runs in its sandbox (motor-init and its arguments), as the direct and
+// the systemd backend both spawn it.
+struct JobCommand {
+  std::string executable;
+  std::vector<std::string> argv, env;  // argv[0] included; env "NAME=value"
+  std::string cwd;                     // inside the sandbox
+  const sandbox::Account* account = nullptr;  // the job account
+
+  // The spawn request without its fds and cgroup (the backend adds those).
+  sandbox::SpawnSpec spawn_spec() const {
+    sandbox::SpawnSpec spec;
+    spec.executable = executable;
+    spec.argv = argv;
+    spec.env = env;
+    spec.cwd = cwd;
+    spec.uid = account->uid;
+    spec.gid = account->gid;
+    return spec;
+  }
+};
 
 // How the command ended, as far as the execution knows.
 struct ExecutionEnd {

@@ -65,13 +65,7 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null) return fail(sys_error("opening /dev/null"));
 
-  sandbox::SpawnSpec spec;
-  spec.executable = launch_.executable;
-  spec.argv = launch_.argv;
-  spec.env = launch_.env;
-  spec.cwd = launch_.cwd;
-  spec.uid = launch_.account->uid;
-  spec.gid = launch_.account->gid;
+  sandbox::SpawnSpec spec = launch_.command.spawn_spec();
   spec.stdin_fd = dev_null.get();
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
@@ -118,7 +112,7 @@ void LinuxExecution::on_spawned(pid_t pid) {
   log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
             fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
                   launch_.cgroup_name, launch_.cpus.list(),
-                  launch_.account->name, launch_.summary));
+                  launch_.command.account->name, launch_.summary));
   // Cancelled or past its deadline while the starter worked: kill what now exists.
   if (kill_issued_) kill(std::nullopt);
 }

@@ -25,13 +25,10 @@ namespace motor::runner {
 
 struct LinuxLaunch {
   std::string job_id, cgroup_name, summary;
-  std::string executable;
-  std::vector<std::string> argv, env;
-  std::string cwd;
+  JobCommand command;
   int64_t memory_bytes = 0;
   int64_t pids_max = 0;
   CpuClaim cpus;
-  const sandbox::Account* account = nullptr;  // the job account
   std::string caller;  // for the operator's log line
 };
 
