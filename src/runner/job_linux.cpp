@@ -282,21 +282,7 @@ ExecutionEnd LinuxExecution::end_state() {
   end.cpu_user_us = usage.cpu_user_us;
   end.cpu_system_us = usage.cpu_system_us;
   end.memory_peak_bytes = usage.memory_peak_bytes;
-  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
-  end.scan_workspace = setup_error_.empty();
-  const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
-  if (refused) {
-    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
-    end.refusal_detail = setup_error_.substr(0, 1024);
-    end.ran = protocol::Ran::kNone;
-    end.killed.reset();
-  } else if (WIFEXITED(wait_status_)) {  // a killed job's outcome is the signal that ended it; `killed` says why
-    end.outcome.kind = protocol::Outcome::Kind::kExit;
-    end.outcome.code = WEXITSTATUS(wait_status_);
-  } else {
-    end.outcome.kind = protocol::Outcome::Kind::kSignal;
-    end.outcome.signal = WTERMSIG(wait_status_);
-  }
+  set_sandboxed_outcome(end, setup_error_, wait_status_);
   return end;
 }
 

@@ -373,20 +373,7 @@ ExecutionEnd SystemdExecution::end_state() const {
   ExecutionEnd end;
   end.oom_killed = oom_kills_ > 0;
   end.killed = killed_;
-  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
-  end.scan_workspace = setup_error_.empty();
-  if (!setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0) {
-    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
-    end.refusal_detail = setup_error_.substr(0, 1024);
-    end.ran = protocol::Ran::kNone;
-    end.killed.reset();
-  } else if (WIFEXITED(wait_status_)) {
-    end.outcome.kind = protocol::Outcome::Kind::kExit;
-    end.outcome.code = WEXITSTATUS(wait_status_);
-  } else {
-    end.outcome.kind = protocol::Outcome::Kind::kSignal;
-    end.outcome.signal = WTERMSIG(wait_status_);
-  }
+  set_sandboxed_outcome(end, setup_error_, wait_status_);
   return end;
 }
 
