@@ -86,7 +86,7 @@ class Job : private ExecutionSink {
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
-  // A job of an earlier runner, loaded from state.json (finished, or accounted for at start).
+  // A job of an earlier runner, loaded from the job table (finished, or accounted for at start).
   static std::unique_ptr<Job> restore(JobHost& host, std::string id, std::string caller, std::string workspace_key,
                                       RecordSettings record, std::string summary, int64_t created_at_ms,
                                       std::string terminal_json);
@@ -111,8 +111,6 @@ class Job : private ExecutionSink {
   // Closes the output history of a finished, unfollowed job: true if the caller may delete it.
   bool expire_history() { return state_ == State::kFinished && record_.expire(); }
   int64_t finished_at_ms() const { return finished_at_ms_; }
-  // Its state.json entry once finished (it never changes then), encoded once.
-  std::string& persisted_cache() { return persisted_cache_; }
 
   const std::string& id() const { return id_; }
   const std::string& caller() const { return caller_; }
@@ -165,7 +163,6 @@ class Job : private ExecutionSink {
   StartSteps start_steps_;  // from construction, i.e. the exec.run that made the job
   int64_t queue_wait_ms_ = 0;
   int64_t finished_at_ms_ = 0;
-  std::string persisted_cache_;
   int64_t created_at_ms_ = 0;
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;

@@ -159,7 +159,7 @@ Status Runner::start() {
   }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
-    log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
+    log_warning("no state writer process ({}); the job table is saved on the loop", s.error().message);
   }
   // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
   if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
