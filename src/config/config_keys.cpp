@@ -44,8 +44,8 @@ const KeySpec kHostKeys[] = {
      },
      [](const Config& c) -> std::string { return show_scalar(c.socket_group); }},
     {"state_dir", "", "path", Reload::kRestart, false,
-     "state.json, job logs and (by default) workspaces live here. Absolute path.",
-     "Where `state.json`, the job logs and (by default) workspaces live. An absolute path, "
+     "The job table (state.db), job logs and (by default) workspaces live here. Absolute path.",
+     "Where the job table (`state.db`), the job logs and (by default) workspaces live. An absolute path, "
      "not `/`; a trailing `/` is dropped. One runner per state directory: it locks "
      "`runner.lock` in it, and a second runner on it exits at start.",
      [](Config& c, Value& v) -> std::optional<std::string> {
@@ -259,8 +259,8 @@ const KeySpec kHostKeys[] = {
      "Below this much free space on the workspace filesystem, new jobs are refused with "
      "`runner_disk_full` and `retry_after_ms`; running jobs are not touched. Independently, "
      "a new job is refused while the state directory's filesystem has less than twice the "
-     "size of `state.json` plus 1 MiB free (plus this floor when the two are one "
-     "filesystem). A size.",
+     "size of the last change saved to the job table (`state.db`) plus 1 MiB free (plus "
+     "this floor when the two are one filesystem). A size.",
      [](Config& c, Value& v) { return to_size(v.scalar, 0, int64_t{1} << 50, c.disk_free_floor_bytes); },
      [](const Config& c) -> std::string { return size_name(c.disk_free_floor_bytes); }},
     {"metrics_file", "", "path", Reload::kRestart, false,

@@ -251,7 +251,10 @@ void connect_env(AttackEnv& env, std::unique_ptr<RunnerSession>& main, const std
   env.run_job = [&main, sock](const JobRequest& rq, int timeout_ms, const std::function<void(const std::string&)>& f) {
     JobResult r = main->run(rq, timeout_ms, f);
     if (!r.error.empty() && !interrupted()) {
+      // A runner that stops answering is said to have: the next attack would only report a
+      // broken pipe on the old connection.
       if (auto s = RunnerSession::connect_socket(sock)) main = std::move(*s);
+      else r.error += "; connecting again failed: " + s.error().message;
     }
     return r;
   };

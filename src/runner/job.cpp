@@ -49,7 +49,7 @@ std::unique_ptr<Job> Job::restore(JobHost& host, std::string id, std::string cal
   job->created_at_ms_ = created_at_ms;
   job->state_ = State::kFinished;
   job->finished_at_ms_ = created_at_ms;  // a restored job's end is not recorded: its creation bounds it
-  // Decoded once, here (state.json is read at start): exec.list shows the outcome as recorded.
+  // Decoded once, here (the job table is read at start): exec.list shows the outcome as recorded.
   simdjson::dom::parser parser;
   simdjson::dom::element outcome;
   if (!parser.parse(terminal_json)["outcome"].get(outcome)) {
@@ -87,7 +87,7 @@ Status Job::begin_running(const JobLaunch& launch) {
     if (auto s = record_.create(); !s) return s;
   }
   state_ = State::kRunning;
-  // state.json records the job in this loop iteration, before its `accepted` goes out; if the
+  // The job table records the job in this loop iteration, before its `accepted` goes out; if the
   // runner dies first, the restart finds the cgroup unnamed by any record and kills it.
   host_.job_changed();
   started_hr_ns_ = uv_hrtime();
@@ -96,11 +96,11 @@ Status Job::begin_running(const JobLaunch& launch) {
 }
 
 Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-                  sandbox::Starter& starter, const sandbox::Account& account) {
+                  sandbox::Starter& starter) {
   cgroup_name_ = "job-" + id_;
   if (auto s = begin_running(launch); !s) return s;
-  LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.executable, launch.argv, launch.env, launch.cwd,
-                           launch.memory_bytes, launch.pids_max, launch.cpus, &account, caller_};
+  LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.command, launch.memory_bytes, launch.pids_max,
+                           launch.cpus, caller_};
   ExecutionSink& sink = *this;
   auto created = std::make_unique<LinuxExecution>(host_.loop(), std::move(linux_launch), sink);
   LinuxExecution& execution = *created;

@@ -49,10 +49,7 @@ class JobHost : public RecordHost {
 };
 
 struct JobLaunch {
-  std::string executable;
-  std::vector<std::string> argv;
-  std::vector<std::string> env;
-  std::string cwd;
+  JobCommand command;  // a Linux job's (a VM job's command goes in its VmJobSpec)
   std::string summary;
   int64_t timeout_s = 0;
   int64_t memory_bytes = 0;
@@ -80,17 +77,16 @@ class Job : private ExecutionSink {
   // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
   // watches it. On error nothing is left but the job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-               sandbox::Starter& starter, const sandbox::Account& account);
+               sandbox::Starter& starter);
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
   // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);
   // job_backend = systemd (unit_jobs.cpp): the same sandbox as a transient systemd unit.
-  Status start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units,
-                    const sandbox::Account& account);
+  Status start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units);
   // Ends a job that never started (cancelled in the queue, refused, lost to a restart).
   void finish_unstarted(protocol::Outcome outcome, std::optional<std::string> detail,
                         std::optional<int64_t> retry_after_ms = std::nullopt);
-  // A job of an earlier runner, loaded from state.json (finished, or accounted for at start).
+  // A job of an earlier runner, loaded from the job table (finished, or accounted for at start).
   static std::unique_ptr<Job> restore(JobHost& host, std::string id, std::string caller, std::string workspace_key,
                                       RecordSettings record, std::string summary, int64_t created_at_ms,
                                       std::string terminal_json);
@@ -115,8 +111,6 @@ class Job : private ExecutionSink {
   // Closes the output history of a finished, unfollowed job: true if the caller may delete it.
   bool expire_history() { return state_ == State::kFinished && record_.expire(); }
   int64_t finished_at_ms() const { return finished_at_ms_; }
-  // Its state.json entry once finished (it never changes then), encoded once.
-  std::string& persisted_cache() { return persisted_cache_; }
 
   const std::string& id() const { return id_; }
   const std::string& caller() const { return caller_; }
@@ -169,7 +163,6 @@ class Job : private ExecutionSink {
   StartSteps start_steps_;  // from construction, i.e. the exec.run that made the job
   int64_t queue_wait_ms_ = 0;
   int64_t finished_at_ms_ = 0;
-  std::string persisted_cache_;
   int64_t created_at_ms_ = 0;
   int64_t started_at_ms_ = 0;
   uint64_t started_hr_ns_ = 0;

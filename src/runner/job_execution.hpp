@@ -4,6 +4,8 @@
 // the deadline, the workspace report and the terminal record's common fields.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,8 +14,31 @@
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
 #include "runner/job_log.hpp"
+#include "sandbox/accounts.hpp"
+#include "sandbox/spawn.hpp"
 
 namespace motor::runner {
+
+// The command a Linux job runs in its sandbox (motor-init and its arguments), as the direct and
+// the systemd backend both spawn it.
+struct JobCommand {
+  std::string executable;
+  std::vector<std::string> argv, env;  // argv[0] included; env "NAME=value"
+  std::string cwd;                     // inside the sandbox
+  const sandbox::Account* account = nullptr;  // the job account
+
+  // The spawn request without its fds and cgroup (the backend adds those).
+  sandbox::SpawnSpec spawn_spec() const {
+    sandbox::SpawnSpec spec;
+    spec.executable = executable;
+    spec.argv = argv;
+    spec.env = env;
+    spec.cwd = cwd;
+    spec.uid = account->uid;
+    spec.gid = account->gid;
+    return spec;
+  }
+};
 
 // How the command ended, as far as the execution knows.
 struct ExecutionEnd {
@@ -30,6 +55,26 @@ struct ExecutionEnd {
   // (ext) resource_usage: CPU and peak memory from the job's cgroup, where the execution has one.
   std::optional<int64_t> cpu_user_us, cpu_system_us, memory_peak_bytes;
 };
+
+// A Linux job's end from its sandboxed child: refused before start when the sandbox could not be
+// set up (`setup_error`, not an exec failure: that one is the command's, exit 127), else its exit
+// code or the signal that ended it (`killed` says why, when the runner sent it). A job that ran
+// gets its workspace scanned; one that never ran changed nothing.
+inline void set_sandboxed_outcome(ExecutionEnd& end, const std::string& setup_error, int wait_status) {
+  end.scan_workspace = setup_error.empty();
+  if (!setup_error.empty() && setup_error.rfind("exec:", 0) != 0) {
+    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
+    end.refusal_detail = setup_error.substr(0, 1024);
+    end.ran = protocol::Ran::kNone;
+    end.killed.reset();
+  } else if (WIFEXITED(wait_status)) {
+    end.outcome.kind = protocol::Outcome::Kind::kExit;
+    end.outcome.code = WEXITSTATUS(wait_status);
+  } else {
+    end.outcome.kind = protocol::Outcome::Kind::kSignal;
+    end.outcome.signal = WTERMSIG(wait_status);
+  }
+}
 
 class ExecutionSink {
  public:

@@ -92,10 +92,13 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     box.network = std::move(*network);
   }
   JobLaunch launch;
-  launch.executable = sandbox::kSandboxInitPath;
-  launch.argv = linux_init_argv(p, box);
-  launch.env = host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, pending.forwarded_env);
-  launch.cwd = pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
+  launch.command.executable = sandbox::kSandboxInitPath;
+  launch.command.argv = linux_init_argv(p, box);
+  launch.command.env =
+      host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, pending.forwarded_env);
+  launch.command.cwd =
+      pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
+  launch.command.account = &job_account_;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
   launch.memory_bytes = pending.memory_bytes;
@@ -106,7 +109,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   const std::string job_id = job.id();
   // An outbound job needs the egress namespace's fd in its sandbox, which a unit cannot be given.
   if (systemd_units_ && !box.network) return start_unit_job(job, launch, box);
-  if (auto s = job.start(launch, *cgroups_, box, job_starter_, job_account_); !s) {
+  if (auto s = job.start(launch, *cgroups_, box, job_starter_); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     // Job::start recorded the claim first thing: job_finished frees it, exactly once.
     return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, s.error().message);

@@ -25,8 +25,6 @@ constexpr uint64_t kEmptyPollMs = 5;
 // counter is read again.
 constexpr uint64_t kOomRecheckMs = 10;
 constexpr int kOomRechecks = 50;
-// How often output held back by a full disk is offered to the log again.
-constexpr uint64_t kLogRetryMs = 1000;
 // Polls of a cgroup whose state cannot be read (every kEmptyPollMs) before the job ends anyway,
 // its cgroup left to the background removal: about 2 s.
 constexpr int kUnreadableCgroupPolls = 400;
@@ -34,7 +32,15 @@ constexpr int kUnreadableCgroupPolls = 400;
 }  // namespace
 
 LinuxExecution::LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink)
-    : loop_(loop), launch_(std::move(launch)), sink_(sink) {}
+    : loop_(loop),
+      launch_(std::move(launch)),
+      sink_(sink),
+      output_(loop, sink, launch_.job_id, [this] { maybe_end(); },
+              [this] {
+                // Output can only come after exec, so the status pipe is at EOF already.
+                if (child_) child_->check_setup();
+                on_execd();
+              }) {}
 
 LinuxExecution::~LinuxExecution() = default;
 
@@ -65,13 +71,7 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null) return fail(sys_error("opening /dev/null"));
 
-  sandbox::SpawnSpec spec;
-  spec.executable = launch_.executable;
-  spec.argv = launch_.argv;
-  spec.env = launch_.env;
-  spec.cwd = launch_.cwd;
-  spec.uid = launch_.account->uid;
-  spec.gid = launch_.account->gid;
+  sandbox::SpawnSpec spec = launch_.command.spawn_spec();
   spec.stdin_fd = dev_null.get();
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
@@ -85,7 +85,6 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   events.exited = [this](sandbox::SandboxedExit e) { on_exit(std::move(e)); };
   {
     reactor::SlowCall timed("spawning a job");
-    // Its output pipes are read here (a full disk pauses them), not by the child's watch.
     child_ = sandbox::SandboxedChild::start(loop_, starter, box, spec, {}, std::move(events));
   }  // our ends of the job's pipes close here: the starter (or the child) holds its own
   return {};
@@ -101,15 +100,10 @@ void LinuxExecution::on_start_failed(const std::string& why) {
 
 void LinuxExecution::on_spawned(pid_t pid) {
   pid_ = pid;
-  stdout_ = std::make_unique<OutputPipe>();
-  stderr_ = std::make_unique<OutputPipe>();
-  stdout_->kind = JobLog::Kind::kStdout;
-  stderr_->kind = JobLog::Kind::kStderr;
-  if (auto s = watch_output(); !s) {
+  if (auto s = output_.start(std::move(out_read_), std::move(err_read_)); !s) {
     // Unwatched, the job could not be followed: it is killed and refused.
     log_error("job {}: could not watch it: {}", launch_.job_id, s.error().message);
-    stdout_.reset();
-    stderr_.reset();
+    output_.abandon();
     child_.reset();  // killed, and reaped on the loop
     cgroup_.reset();  // what else is in it is killed, and the cgroup removed (or reaped)
     return sink_.execution_start_failed(s.error().message);  // may destroy this
@@ -118,34 +112,9 @@ void LinuxExecution::on_spawned(pid_t pid) {
   log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
             fmt::format("started for caller {}, pid {} in cgroup {} on cpus {} as {}: {}", launch_.caller, pid_,
                   launch_.cgroup_name, launch_.cpus.list(),
-                  launch_.account->name, launch_.summary));
+                  launch_.command.account->name, launch_.summary));
   // Cancelled or past its deadline while the starter worked: kill what now exists.
   if (kill_issued_) kill(std::nullopt);
-}
-
-Status LinuxExecution::watch_output() {
-  for (auto* p : {stdout_.get(), stderr_.get()}) {
-    p->owner = this;
-    UniqueFd& read_end = p == stdout_.get() ? out_read_ : err_read_;
-    if (auto s = reactor::uv_status(p->pipe.init(p, uv_pipe_init, loop_, 0), "an output pipe"); !s) return s;
-    if (auto s = reactor::uv_status(uv_pipe_open(p->pipe.get(), read_end.get()), "opening an output pipe"); !s) return s;
-    (void)read_end.release();  // the pipe handle owns it now
-    if (auto s = start_reading(*p); !s) return s;
-  }
-  return {};
-}
-
-Status LinuxExecution::start_reading(OutputPipe& out) {
-  const int rc = uv_read_start(
-      out.pipe.stream(),
-      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-        auto* op = static_cast<OutputPipe*>(h->data);
-        *buf = uv_buf_init(op->buf, sizeof op->buf);
-      },
-      [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
-        if (auto* op = static_cast<OutputPipe*>(h->data)) op->owner->on_output(*op, nread);
-      });
-  return reactor::uv_status(rc, "reading the job's output");
 }
 
 void LinuxExecution::on_execd() {
@@ -154,70 +123,7 @@ void LinuxExecution::on_execd() {
   sink_.execution_started();
 }
 
-void LinuxExecution::on_output(OutputPipe& out, ssize_t nread) {
-  if (nread > 0) {
-    // Output can only come after exec, so the status pipe is at EOF already.
-    if (child_) child_->check_setup();
-    on_execd();
-    append_output(out, std::string_view(out.buf, static_cast<size_t>(nread)));
-    return;
-  }
-  if (nread == 0) return;
-  out.eof = true;
-  out.pipe.close();
-  maybe_end();
-}
-
-bool LinuxExecution::append_output(OutputPipe& out, std::string_view bytes) {
-  auto s = sink_.execution_output(out.kind, bytes);
-  if (s) return true;
-  if (shutting_down_) {
-    log(fmt::format("{}; {} bytes of output dropped (the runner is stopping)", s.error().message, bytes.size()));
-    return true;
-  }
-  // A full disk: hold this chunk, stop reading this pipe (the job blocks on its writes, so
-  // nothing is lost), and offer it to the log again later.
-  out.pending.assign(bytes);
-  if (out.pipe.live()) uv_read_stop(out.pipe.stream());
-  log(s.error().message + "; output paused until the log can be written");
-  int rc = retry_timer_.live() ? 0 : retry_timer_.init(this, uv_timer_init, loop_);
-  if (rc == 0) {
-    rc = uv_timer_start(retry_timer_.get(), [](uv_timer_t* h) {
-      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->retry_pending_output();
-    }, kLogRetryMs, 0);
-  }
-  if (auto st = reactor::uv_status(rc, "the log retry timer"); !st) {
-    log(st.error().message + fmt::format("; {} bytes of output dropped", out.pending.size()));
-    out.pending.clear();  // never held without a retry: the job would block for good
-    resume_reading(out);
-  }
-  return false;
-}
-
-void LinuxExecution::resume_reading(OutputPipe& out) {
-  if (!out.pipe.live() || out.eof) return;
-  if (auto s = start_reading(out); !s) {
-    log(s.error().message + "; the rest of this stream is not read");
-    out.eof = true;  // else the job would wait for its EOF for good
-    out.pipe.close();
-  }
-}
-
-void LinuxExecution::retry_pending_output() {
-  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
-    if (!p || p->pending.empty()) continue;
-    std::string chunk = std::move(p->pending);
-    p->pending.clear();
-    if (!append_output(*p, chunk)) return;
-    resume_reading(*p);
-  }
-  maybe_end();
-}
-
-void LinuxExecution::shutdown() {
-  shutting_down_ = true;
-  if (stdout_ && stderr_) retry_pending_output();
-}
+void LinuxExecution::shutdown() { output_.shutdown(); }
 
 void LinuxExecution::on_exit(sandbox::SandboxedExit exit) {
   if (exited_) return;
@@ -234,7 +140,7 @@ void LinuxExecution::on_exit(sandbox::SandboxedExit exit) {
   } else {
     on_execd();  // a command killed before it was seen to exec is reported as started, as it always was
     // As a shell reports a command it cannot run: a message on stderr and exit status 127.
-    if (exec_failed) (void)append_output(*stderr_, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
+    if (exec_failed) output_.append_own(JobLog::Kind::kStderr, "motor: cannot run the command: " + setup_error_.substr(6) + "\n");
   }
   sink_.execution_exited();
   check_empty();
@@ -325,12 +231,7 @@ void LinuxExecution::check_empty() {
   // Test build only ("cgroup-kill"): what the command left gets 500 ms to go, then the job ends
   // without it (and without the output pipes it may still hold).
   const bool give_up = control_weakened("cgroup-kill") && exited_ && ++leftover_polls_ > 100;
-  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
-    if (give_up && !p->eof) {
-      p->eof = true;
-      p->pipe.close();
-    }
-  }
+  if (give_up) output_.abandon();
   if ((populated && !*populated) || give_up) {
     cgroup_empty_ = true;
     empty_poll_.close();
@@ -357,16 +258,9 @@ void LinuxExecution::check_empty() {
 }
 
 void LinuxExecution::maybe_end() {
-  if (ended_ || !exited_ || !cgroup_empty_) return;
-  for (OutputPipe* p : {stdout_.get(), stderr_.get()}) {
-    if (!p->eof || !p->pending.empty()) return;
-  }
+  if (ended_ || !exited_ || !cgroup_empty_ || !output_.drained()) return;
   ended_ = true;
   empty_poll_.close();
-  retry_timer_.close();
-  // The pipes are closed; their read buffers need not outlive the job.
-  stdout_.reset();
-  stderr_.reset();
   sink_.execution_ended(end_state());
 }
 
@@ -388,21 +282,7 @@ ExecutionEnd LinuxExecution::end_state() {
   end.cpu_user_us = usage.cpu_user_us;
   end.cpu_system_us = usage.cpu_system_us;
   end.memory_peak_bytes = usage.memory_peak_bytes;
-  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
-  end.scan_workspace = setup_error_.empty();
-  const bool refused = !setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0;
-  if (refused) {
-    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
-    end.refusal_detail = setup_error_.substr(0, 1024);
-    end.ran = protocol::Ran::kNone;
-    end.killed.reset();
-  } else if (WIFEXITED(wait_status_)) {  // a killed job's outcome is the signal that ended it; `killed` says why
-    end.outcome.kind = protocol::Outcome::Kind::kExit;
-    end.outcome.code = WEXITSTATUS(wait_status_);
-  } else {
-    end.outcome.kind = protocol::Outcome::Kind::kSignal;
-    end.outcome.signal = WTERMSIG(wait_status_);
-  }
+  set_sandboxed_outcome(end, setup_error_, wait_status_);
   return end;
 }
 

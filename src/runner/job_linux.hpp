@@ -16,6 +16,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job_execution.hpp"
+#include "runner/job_output.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandboxed_child.hpp"
@@ -25,13 +26,10 @@ namespace motor::runner {
 
 struct LinuxLaunch {
   std::string job_id, cgroup_name, summary;
-  std::string executable;
-  std::vector<std::string> argv, env;
-  std::string cwd;
+  JobCommand command;
   int64_t memory_bytes = 0;
   int64_t pids_max = 0;
   CpuClaim cpus;
-  const sandbox::Account* account = nullptr;  // the job account
   std::string caller;  // for the operator's log line
 };
 
@@ -48,25 +46,11 @@ class LinuxExecution : public Execution {
   void release() override;
 
  private:
-  struct OutputPipe {
-    LinuxExecution* owner = nullptr;
-    reactor::UvHandle<uv_pipe_t> pipe;
-    JobLog::Kind kind = JobLog::Kind::kStdout;
-    bool eof = false;
-    std::string pending;  // a chunk the log could not take yet (disk full): reading pauses
-    char buf[64 * 1024];
-  };
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes
   void on_start_failed(const std::string& why);   // the job ends as refused
   void on_execd();                                // the `started` record
   void on_exit(sandbox::SandboxedExit exit);
-  Status watch_output();
-  Status start_reading(OutputPipe& out);
-  void resume_reading(OutputPipe& out);  // after a pause; a failure ends the stream
-  void on_output(OutputPipe& out, ssize_t nread);
-  bool append_output(OutputPipe& out, std::string_view bytes);
-  void retry_pending_output();
   void watch_oom();
   // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
   void on_oom_event(bool woken);
@@ -90,17 +74,15 @@ class LinuxExecution : public Execution {
   bool cgroup_empty_ = false;
   std::optional<protocol::KillReason> killed_;
   bool kill_issued_ = false;
-  bool shutting_down_ = false;
   int leftover_polls_ = 0;    // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
-  reactor::UvHandle<uv_timer_t> retry_timer_;  // log writes after a full disk
   std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
   reactor::UvHandle<uv_poll_t> oom_poll_;
   reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen
   int oom_rechecks_left_ = 0;
   int64_t oom_kills_seen_ = 0;
-  std::unique_ptr<OutputPipe> stdout_, stderr_;
+  JobOutput output_;  // read from the spawn on (a full disk pauses it), not by the child's watch
 };
 
 }  // namespace motor::runner

@@ -10,8 +10,13 @@ constexpr uint64_t kLogRetryMs = 1000;
 
 }  // namespace
 
-JobOutput::JobOutput(uv_loop_t* loop, ExecutionSink& sink, std::string job_id, std::function<void()> changed)
-    : loop_(loop), sink_(sink), job_id_(std::move(job_id)), changed_(std::move(changed)) {}
+JobOutput::JobOutput(uv_loop_t* loop, ExecutionSink& sink, std::string job_id, std::function<void()> changed,
+                     std::function<void()> before_output)
+    : loop_(loop),
+      sink_(sink),
+      job_id_(std::move(job_id)),
+      changed_(std::move(changed)),
+      before_output_(std::move(before_output)) {}
 
 JobOutput::~JobOutput() = default;
 
@@ -29,6 +34,7 @@ Status JobOutput::open(Pipe& p, UniqueFd fd, JobLog::Kind kind) {
   if (auto s = reactor::uv_status(uv_pipe_open(p.pipe.get(), fd.get()), "opening an output pipe"); !s) return s;
   (void)fd.release();  // the pipe handle owns it now
   p.eof = false;
+  p.buf = std::make_unique<char[]>(kReadBytes);
   return read(p);
 }
 
@@ -37,7 +43,7 @@ Status JobOutput::read(Pipe& p) {
       p.pipe.stream(),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* pipe = static_cast<Pipe*>(h->data);
-        *buf = uv_buf_init(pipe->buf, sizeof pipe->buf);
+        *buf = uv_buf_init(pipe->buf.get(), kReadBytes);
       },
       [](uv_stream_t* h, ssize_t nread, const uv_buf_t*) {
         if (auto* pipe = static_cast<Pipe*>(h->data)) pipe->owner->on_read(*pipe, nread);
@@ -54,17 +60,37 @@ bool JobOutput::drained() const {
 
 void JobOutput::on_read(Pipe& p, ssize_t nread) {
   if (nread > 0) {
-    append(p, std::string_view(p.buf, static_cast<size_t>(nread)));
+    if (before_output_) before_output_();
+    append(p, std::string_view(p.buf.get(), static_cast<size_t>(nread)));
     return;
   }
   if (nread == 0) return;
   end_stream(p);
-  changed_();
+  changed_();  // may destroy this
 }
 
 void JobOutput::end_stream(Pipe& p) {
   p.eof = true;
   p.pipe.close();
+  p.buf.reset();  // libuv is done with it: the read callback has returned or never comes again
+}
+
+void JobOutput::append_own(JobLog::Kind kind, std::string_view bytes) {
+  if (Pipe* p = kind == JobLog::Kind::kStderr ? err_.get() : out_.get()) (void)append(*p, bytes);
+}
+
+void JobOutput::abandon() {
+  for (Pipe* p : {out_.get(), err_.get()}) {
+    if (p && !p->eof) end_stream(*p);
+  }
+}
+
+void JobOutput::resume(Pipe& p) {
+  if (!p.pipe.live() || p.eof) return;
+  if (auto s = read(p); !s) {
+    log_job(job_id_, "{}; the rest of this stream is not read", s.error().message);
+    end_stream(p);  // else the job would wait for its EOF for good
+  }
 }
 
 bool JobOutput::append(Pipe& p, std::string_view bytes) {
@@ -86,7 +112,7 @@ bool JobOutput::append(Pipe& p, std::string_view bytes) {
   if (auto st = reactor::uv_status(rc, "the log retry timer"); !st) {
     log_job(job_id_, "{}; {} bytes of output dropped", st.error().message, p.pending.size());
     p.pending.clear();  // never held without a retry: the job would block for good
-    if (p.pipe.live() && !p.eof && !read(p)) end_stream(p);
+    resume(p);
   }
   return false;
 }
@@ -97,9 +123,9 @@ void JobOutput::retry() {
     std::string chunk = std::move(p->pending);
     p->pending.clear();
     if (!append(*p, chunk)) return;
-    if (p->pipe.live() && !p->eof && !read(*p)) end_stream(*p);
+    resume(*p);
   }
-  changed_();
+  changed_();  // may destroy this
 }
 
 void JobOutput::shutdown() {

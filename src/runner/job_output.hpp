@@ -1,8 +1,7 @@
 // A job's stdout and stderr pipes on the loop, read into its ExecutionSink (the job log): a chunk
 // the log cannot take (a full disk) is held and reading that pipe pauses (the job blocks on its
 // writes, so nothing is lost) until a retry takes it; while the runner stops, such output is
-// dropped instead. The systemd backend's reader (job_systemd.hpp); the direct backend keeps its
-// own in job_linux.cpp.
+// dropped instead. The reader of both Linux backends (job_linux.hpp, job_systemd.hpp).
 #pragma once
 
 #include <uv.h>
@@ -20,8 +19,10 @@ namespace motor::runner {
 
 class JobOutput {
  public:
-  // `changed` runs after a stream reached its end or held output was taken (the job may be done).
-  JobOutput(uv_loop_t* loop, ExecutionSink& sink, std::string job_id, std::function<void()> changed);
+  // `changed` runs after a stream reached its end or held output was taken (the job may be done);
+  // `before_output`, if given, before each chunk read from a pipe is offered to the log.
+  JobOutput(uv_loop_t* loop, ExecutionSink& sink, std::string job_id, std::function<void()> changed,
+            std::function<void()> before_output = {});
   ~JobOutput();
   JobOutput(const JobOutput&) = delete;
   JobOutput& operator=(const JobOutput&) = delete;
@@ -30,6 +31,11 @@ class JobOutput {
   Status start(UniqueFd out_read, UniqueFd err_read);
   // Both streams at EOF and nothing held back.
   bool drained() const;
+  // Bytes of the runner's own on a started stream (a command that could not be exec'd), held
+  // back like the pipe's.
+  void append_own(JobLog::Kind kind, std::string_view bytes);
+  // Ends the streams not at EOF yet without waiting for it (something else holds their write ends).
+  void abandon();
   // The runner stops: held output is dropped, and so is what the log cannot take from now on.
   void shutdown();
 
@@ -40,10 +46,12 @@ class JobOutput {
     JobLog::Kind kind = JobLog::Kind::kStdout;
     bool eof = true;
     std::string pending;
-    char buf[64 * 1024];
+    std::unique_ptr<char[]> buf;  // while the pipe is read: a finished job keeps none
   };
+  static constexpr size_t kReadBytes = 64 * 1024;
   Status open(Pipe& p, UniqueFd fd, JobLog::Kind kind);
   Status read(Pipe& p);
+  void resume(Pipe& p);  // reading again after a hold-back; a failure ends the stream
   void on_read(Pipe& p, ssize_t nread);
   bool append(Pipe& p, std::string_view bytes);
   void retry();
@@ -52,7 +60,7 @@ class JobOutput {
   uv_loop_t* loop_;
   ExecutionSink& sink_;
   std::string job_id_;
-  std::function<void()> changed_;
+  std::function<void()> changed_, before_output_;
   bool shutting_down_ = false;
   std::unique_ptr<Pipe> out_, err_;
   reactor::UvHandle<uv_timer_t> retry_timer_;

@@ -115,13 +115,7 @@ Status SystemdExecution::start(const sandbox::SandboxConfig& box) {
   if (pipe2(err_pipe, O_CLOEXEC) < 0) return sys_error("pipe2");
   UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
 
-  sandbox::SpawnSpec spec;
-  spec.executable = launch_.executable;
-  spec.argv = launch_.argv;
-  spec.env = launch_.env;
-  spec.cwd = launch_.cwd;
-  spec.uid = launch_.account->uid;
-  spec.gid = launch_.account->gid;
+  const sandbox::SpawnSpec spec = launch_.command.spawn_spec();
   // Into the socket's buffer (empty, far larger than a request): the entry reads it when it runs.
   const std::string request = request_bytes(box, spec);
   if (send(control_ours.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
@@ -193,7 +187,7 @@ Status SystemdExecution::send_start(int control_fd, int out_fd, int err_fd) {
     // systemd 252 has no v1 cpuset: where cpuset is a v1 hierarchy only the affinity pins.
     if (r >= 0) r = prop_cpus(m, "CPUAffinity", launch_.cpus.cpus);
   }
-  if (r >= 0) r = prop_s(m, "User", launch_.account->name.c_str());
+  if (r >= 0) r = prop_s(m, "User", launch_.command.account->name.c_str());
   if (r >= 0) r = prop_b(m, "NoNewPrivileges", true);
   if (r >= 0) r = prop_t(m, "CapabilityBoundingSet", kEntryCapabilities);
   if (r >= 0) r = prop_t(m, "AmbientCapabilities", kEntryCapabilities);
@@ -277,7 +271,7 @@ void SystemdExecution::on_setup(const std::string& error) {
   }
   log_entry(LogLevel::kInfo, {{"MOTOR_JOB_ID", launch_.job_id}, {"MOTOR_CALLER", launch_.caller}},
             fmt::format("started for caller {} as the unit {} on cpus {} as {}: {}", launch_.caller, unit_,
-                        launch_.cpus.list(), launch_.account->name, launch_.summary));
+                        launch_.cpus.list(), launch_.command.account->name, launch_.summary));
   sink_.execution_started();
   if (exec_failed) {
     // As a shell reports a command it cannot run: a message on stderr and exit status 127.
@@ -379,20 +373,7 @@ ExecutionEnd SystemdExecution::end_state() const {
   ExecutionEnd end;
   end.oom_killed = oom_kills_ > 0;
   end.killed = killed_;
-  // A job that ran gets its workspace scanned; one that never ran (setup failed) changed nothing.
-  end.scan_workspace = setup_error_.empty();
-  if (!setup_error_.empty() && setup_error_.rfind("exec:", 0) != 0) {
-    end.outcome = protocol::refused(protocol::RefusalReason::kWorkspaceSetupFailed);
-    end.refusal_detail = setup_error_.substr(0, 1024);
-    end.ran = protocol::Ran::kNone;
-    end.killed.reset();
-  } else if (WIFEXITED(wait_status_)) {
-    end.outcome.kind = protocol::Outcome::Kind::kExit;
-    end.outcome.code = WEXITSTATUS(wait_status_);
-  } else {
-    end.outcome.kind = protocol::Outcome::Kind::kSignal;
-    end.outcome.signal = WTERMSIG(wait_status_);
-  }
+  set_sandboxed_outcome(end, setup_error_, wait_status_);
   return end;
 }
 

@@ -36,13 +36,10 @@ namespace motor::runner {
 
 struct UnitLaunch {
   std::string job_id, summary, caller;
-  std::string executable;  // motor-init inside the sandbox
-  std::vector<std::string> argv, env;
-  std::string cwd;
+  JobCommand command;  // motor-init inside the sandbox
   int64_t memory_bytes = 0;
   int64_t pids_max = 0;
   CpuClaim cpus;
-  const sandbox::Account* account = nullptr;  // the job account
 };
 
 class SystemdExecution : public Execution {

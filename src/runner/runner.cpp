@@ -159,7 +159,7 @@ Status Runner::start() {
   }
   // Forked before the socket exists and before any job: the helper holds nothing of either.
   if (auto s = state_writer_.start(loop_, config_.state_dir); !s) {
-    log_warning("no state writer process ({}); state.json is saved on the loop", s.error().message);
+    log_warning("no state writer process ({}); the job table is saved on the loop", s.error().message);
   }
   // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
   if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
@@ -388,10 +388,15 @@ void Runner::maybe_exit() {
   while (!fan_out_jobs_.empty()) fan_out_slice();
   state_writer_.stop();  // its last write lands first; then the final state, here
   (void)save_state();
-  // Let clients receive their terminal records, then stop.
+  // Let clients receive their terminal records and why the connection ends, then stop: to a
+  // client between two requests a bare EOF looks like a runner that died.
   std::vector<Session*> open;
   for (const auto& [sid, s] : sessions_) open.push_back(s);
-  for (Session* s : open) s->close_after_flush();
+  for (Session* s : open) {
+    s->send(protocol::encode_error(std::nullopt, "runner_draining",
+                                   "the runner is shutting down; this connection closes (connect again once it is back)"));
+    s->close_after_flush();
+  }
   if (shutdown_timer_.live()) {
     uv_timer_stop(shutdown_timer_.get());
     if (uv_timer_start(shutdown_timer_.get(), [](uv_timer_t* h) {

@@ -95,6 +95,7 @@ void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
     return;
   }
   if (nread < 0) {
+    log_info("session {}: reading from the connection failed ({}); closing it", caller_, uv_strerror(static_cast<int>(nread)));
     close();
     return;
   }
@@ -159,6 +160,7 @@ void Session::send(std::string json, bool sensitive) {
     s->on_write_done(n);
   });
   if (rc != 0) {
+    log_info("session {}: cannot write to the connection ({}); closing it", caller_, uv_strerror(rc));
     in_flight_ -= w->data.size();
     runner_.buffered_changed(-static_cast<int64_t>(w->data.size()));
     if (w->sensitive) explicit_bzero(w->data.data(), w->data.size());

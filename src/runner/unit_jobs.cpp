@@ -28,7 +28,7 @@ Status Runner::start_systemd_backend() {
 
 void Runner::start_unit_job(Job& job, const JobLaunch& launch, const sandbox::SandboxConfig& box) {
   const std::string job_id = job.id();
-  if (auto s = job.start_unit(launch, box, *systemd_units_, job_account_); !s) {
+  if (auto s = job.start_unit(launch, box, *systemd_units_); !s) {
     log_error("job {}: could not start its unit: {}", job_id, s.error().message);
     // Job::start_unit recorded the claim first thing: job_finished frees it, exactly once.
     return refuse_queued(job, protocol::RefusalReason::kWorkspaceSetupFailed, s.error().message);
@@ -39,12 +39,10 @@ void Runner::start_unit_job(Job& job, const JobLaunch& launch, const sandbox::Sa
   }
 }
 
-Status Job::start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units,
-                       const sandbox::Account& account) {
+Status Job::start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& box, SystemdUnits& units) {
   cgroup_name_.clear();  // systemd's: a restart finds the unit by its name (stop_leftover_job_units)
   if (auto s = begin_running(launch); !s) return s;
-  UnitLaunch unit{id_, summary_, caller_, launch.executable, launch.argv, launch.env, launch.cwd,
-                  launch.memory_bytes, launch.pids_max, launch.cpus, &account};
+  UnitLaunch unit{id_, summary_, caller_, launch.command, launch.memory_bytes, launch.pids_max, launch.cpus};
   ExecutionSink& sink = *this;
   auto created = std::make_unique<SystemdExecution>(host_.loop(), units, std::move(unit), sink);
   SystemdExecution& execution = *created;

@@ -56,9 +56,10 @@ void SandboxedChild::on_spawned(Expected<SpawnedProcess> spawned) {
   }
   child_ = std::move(*child);
   if (watch_.stream_stdout) child_->stream_stdout(std::move(watch_.stream_stdout));
-  child_->before_reap([this](pid_t pid) {  // both read from motor-init's name before the reap frees the pid
-    init_signal_ = init_reported_signal(pid);
-    init_pipestatus_ = init_reported_pipestatus(pid);
+  child_->before_reap([this](pid_t pid) {  // motor-init's name, read before the reap frees the pid
+    auto report = read_init_report(pid);
+    init_signal_ = report.signal;
+    init_pipestatus_ = std::move(report.pipestatus);
   });
   // Without the poll the status is read at exit (or at the first output): only `execd` is later.
   if (setup_poll_.init(this, uv_poll_init, loop_, setup_status_.get()) == 0 &&

@@ -200,18 +200,6 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
   return out;
 }
 
-int init_reported_signal(pid_t init_pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(init_pid));
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  char name[32] = {};
-  if (!fd || ::read(fd.get(), name, sizeof name - 1) <= 0) return 0;
-  int sig = 0;
-  char end = 0;
-  if (std::sscanf(name, "motor-init:s%d%c", &sig, &end) != 2 || end != '\n' || sig <= 0 || sig >= NSIG) return 0;
-  return sig;
-}
-
 Expected<int> reap_pidfd(int pidfd) {
   siginfo_t info{};
   if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) < 0) {

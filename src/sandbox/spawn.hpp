@@ -64,9 +64,4 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec);
 // Reaps a child whose pidfd became readable. Returns the wait status (as from waitpid).
 Expected<int> reap_pidfd(int pidfd);
 
-// motor-init, PID 1 of a job, cannot die of the signal that killed its command: it exits 128+N
-// and names itself "motor-init:sN" just before. Call after `init_pid` exited, before reaping it:
-// N, or 0 when its name says no signal.
-int init_reported_signal(pid_t init_pid);
-
 }  // namespace motor::sandbox

@@ -91,6 +91,22 @@ TEST(RunnerLifecycle, ShutdownFinishLetsRunningJobsEndThenExitsZero) {
   EXPECT_EQ(json_field(terminal, "/outcome/code"), "0") << terminal;  // it ran to its end
 }
 
+// A client between two requests when the runner stops is told so before the connection closes:
+// a bare EOF read like a runner that died (the gate's pid-namespace row, issue 16).
+TEST(RunnerLifecycle, ShutdownTellsAnIdleClientWhyItsConnectionCloses) {
+  MOTOR_REQUIRE(geteuid() == 0, "starts a real runner; needs root");
+  RunnerProcess runner;
+  ASSERT_TRUE(runner.start());
+  RawClient c(runner.socket());
+  ASSERT_TRUE(c.send_frame(R"({"id":1,"method":"runner.hello","params":{}})"));
+  ASSERT_TRUE(c.read_frame());
+  EXPECT_EQ(runner.stop(), 0);
+  const auto said = c.read_frame(2000ms);
+  ASSERT_TRUE(said) << "the runner closed the connection without a word";
+  EXPECT_EQ(json_field(*said, "/error/code"), "runner_draining") << *said;
+  EXPECT_TRUE(c.closed_by_peer());
+}
+
 // A clean stop removes the runner's cgroup parent from every hierarchy (a kill -9 leaves it;
 // the harness removes it then).
 TEST(RunnerLifecycle, CleanStopRemovesTheCgroupParent) {

@@ -48,6 +48,15 @@ TEST(Pipestatus, TheRunnerReadsTheNameAsProcShowsIt) {
   }
 }
 
+TEST(Pipestatus, TheRunnerReadsTheSignalFromTheSameName) {
+  EXPECT_EQ(init_signal_from_name("motor-init:s9\n"), 9);
+  EXPECT_EQ(init_signal_from_name("motor-init:s15\n"), 15);
+  for (const std::string other : {"motor-init\n", "motor-init:s9", "motor-init:s0\n", "motor-init:s99\n",
+                                  "motor-init:sx\n", "|0|1\n", ""}) {
+    EXPECT_EQ(init_signal_from_name(other), 0) << other;
+  }
+}
+
 TEST(Pipestatus, OnlyAPipelineTheExitCodeAgreesWithIsReported) {
   EXPECT_TRUE(pipestatus_reportable({0, 1}, 1));
   EXPECT_TRUE(pipestatus_reportable({1, 0}, 0));

@@ -29,6 +29,7 @@
 
 #include "motor/fd_io.hpp"
 #include "motor/unique_fd.hpp"
+#include "sandbox/pipestatus.hpp"
 #include "sandbox/sandbox_codec.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
@@ -157,7 +158,7 @@ int main() {
   pollfd exit_seen{spawned->pidfd.get(), POLLIN, 0};
   while (poll(&exit_seen, 1, -1) < 0 && errno == EINTR) {
   }
-  const int init_signal = sandbox::init_reported_signal(spawned->pid);  // before the reap frees the pid
+  const int init_signal = sandbox::read_init_report(spawned->pid).signal;  // before the reap frees the pid
   auto status = sandbox::reap_pidfd(spawned->pidfd.get());
   if (!status) give_up("waiting for the job: " + status.error().message);
   int wait_status = *status;
