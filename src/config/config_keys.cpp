@@ -164,7 +164,8 @@ const KeySpec kHostKeys[] = {
     {"job_backend", "", "word", Reload::kRestart, false,
      "How Linux jobs run: direct (the runner's own cgroups), systemd (a transient unit each) or auto.",
      "How Linux jobs run. `direct`: in cgroups the runner makes below `cgroup_parent`. `systemd`: "
-     "each job a transient service `motor-job-<id>.service` in `motor-jobs.slice`, started over "
+     "each job a transient service `motor-job-<instance>-<id>.service` (the instance: a hash of "
+     "`state_dir`) in `motor-jobs.slice`, started over "
      "the system bus, with Motor's sandbox applied inside it (docs/job-isolation.md, \"The systemd "
      "backend\"); a runner that cannot reach systemd's bus at start exits with a config error. "
      "`auto`: `systemd` when systemd is PID 1 and its bus answers, else `direct` (the runner logs "

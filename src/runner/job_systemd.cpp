@@ -13,14 +13,15 @@
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
+#include "sandbox/cgroup_internal.hpp"
 #include "sandbox/sandbox_codec.hpp"
 
 namespace motor::runner {
 namespace {
 
-constexpr const char* kSystemd = "org.freedesktop.systemd1";
-constexpr const char* kManagerPath = "/org/freedesktop/systemd1";
-constexpr const char* kManager = "org.freedesktop.systemd1.Manager";
+constexpr const char* kSystemd = kSystemdService;
+constexpr const char* kManagerPath = kSystemdManagerPath;
+constexpr const char* kManager = kSystemdManager;
 // Once the job exited: how often the unit is looked up, in case its UnitRemoved was missed.
 constexpr uint64_t kGonePollMs = 250;
 
@@ -81,16 +82,6 @@ std::string request_bytes(const sandbox::SandboxConfig& box, const sandbox::Spaw
   return out + w.bytes();
 }
 
-// A call whose answer nobody waits for: only a failure is logged.
-int log_failure(sd_bus_message* m, void*, sd_bus_error*) {
-  if (sd_bus_message_is_method_error(m, nullptr)) {
-    const sd_bus_error* e = sd_bus_message_get_error(m);
-    // NoSuchUnit: the unit is gone already, which is what a kill wants.
-    if (!sd_bus_error_has_name(e, "org.freedesktop.systemd1.NoSuchUnit")) log_warning("systemd: {} ({})", e->message, e->name);
-  }
-  return 0;
-}
-
 }  // namespace
 
 SystemdExecution::SystemdExecution(uv_loop_t* loop, SystemdUnits& units, UnitLaunch launch, ExecutionSink& sink)
@@ -98,7 +89,7 @@ SystemdExecution::SystemdExecution(uv_loop_t* loop, SystemdUnits& units, UnitLau
       units_(units),
       launch_(std::move(launch)),
       sink_(sink),
-      unit_(job_unit_name(launch_.job_id)),
+      unit_(units.unit_name(launch_.job_id)),
       output_(loop, sink, launch_.job_id, [this] { maybe_end(); }) {}
 
 SystemdExecution::~SystemdExecution() {
@@ -251,13 +242,46 @@ void SystemdExecution::on_control(ssize_t nread, const char* data) {
 }
 
 void SystemdExecution::on_control_line(const std::string& line) {
+  if (line.rfind("cgroup ", 0) == 0) return on_cgroup(line.substr(7));
   if (line == "setup") return on_setup("");
   if (line.rfind("setup ", 0) == 0) return on_setup(line.substr(6));
   if (line.rfind("exited ", 0) == 0) {
-    long long status = 0, oom = 0;
-    if (std::sscanf(line.c_str() + 7, "%lld %lld", &status, &oom) == 2) return on_exited(static_cast<int>(status), oom);
+    long long status = 0, oom = 0, user = -1, system = -1, peak = -1;
+    if (std::sscanf(line.c_str() + 7, "%lld %lld %lld %lld %lld", &status, &oom, &user, &system, &peak) >= 2) {
+      const auto known = [](long long v) { return v >= 0 ? std::optional<int64_t>(v) : std::nullopt; };
+      usage_ = {known(user), known(system), known(peak)};
+      return on_exited(static_cast<int>(status), oom);
+    }
   }
   log_job(launch_.job_id, "the unit's entry said something unknown: {}", line.substr(0, 200));
+}
+
+void SystemdExecution::on_cgroup(const std::string& dir) {
+  if (setup_seen_ || kill_issued_) return;
+  if (auto s = limit_socket_buffers(dir); !s) return fail_start(s.error().message);
+  static const char kGo[] = "go\n";
+  uv_buf_t go = uv_buf_init(const_cast<char*>(kGo), sizeof kGo - 1);
+  // Three bytes into an idle socket's buffer: written at once or the entry is gone.
+  if (uv_try_write(control_.stream(), &go, 1) != static_cast<int>(go.len)) {
+    fail_start("the unit " + unit_ + " stopped reading its control socket");
+  }
+}
+
+Status SystemdExecution::limit_socket_buffers(const std::string& dir) const {
+  // The entry's own report of its cgroup: one of the unit's, never anything else's.
+  const std::string tail = "/" + unit_;
+  if (dir.rfind("/sys/fs/cgroup/", 0) != 0 || dir.size() < tail.size() ||
+      dir.compare(dir.size() - tail.size(), tail.size(), tail) != 0 || dir.find("/..") != std::string::npos) {
+    return make_error("internal", "the unit " + unit_ + " reported the cgroup \"" + dir.substr(0, 200) + "\"");
+  }
+  // As the direct backend does on v1 (sandbox/cgroup_v1.cpp): socket buffers are charged to the
+  // job's memory only once the tcp limit is set; v2's memory.max charges them already. Test
+  // build only: "socket-buffers" leaves it unset.
+  const std::string tcp_limit = dir + "/memory.kmem.tcp.limit_in_bytes";
+  if (launch_.memory_bytes <= 0 || control_weakened("socket-buffers") || !sandbox::cgroup_detail::exists(tcp_limit)) {
+    return {};
+  }
+  return sandbox::cgroup_detail::write_text(tcp_limit, std::to_string(launch_.memory_bytes));
 }
 
 void SystemdExecution::on_setup(const std::string& error) {
@@ -348,13 +372,7 @@ void SystemdExecution::kill(std::optional<protocol::KillReason> why) {
   if (ended_) return;
   if (why && !killed_ && !exited_) killed_ = why;
   kill_issued_ = true;
-  sd_bus* bus = units_.bus().bus();
-  int r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "KillUnit", log_failure, nullptr,
-                                   "ssi", unit_.c_str(), "all", SIGKILL);
-  if (r >= 0) {
-    r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "StopUnit", log_failure, nullptr, "ss",
-                                 unit_.c_str(), "replace");
-  }
+  const int r = kill_and_stop_unit(units_.bus().bus(), unit_);
   if (r < 0) log_error("job {}: {}", launch_.job_id, reactor::sd_bus_failure("killing the unit " + unit_, r).message);
   units_.bus().update();
 }
@@ -373,6 +391,9 @@ ExecutionEnd SystemdExecution::end_state() const {
   ExecutionEnd end;
   end.oom_killed = oom_kills_ > 0;
   end.killed = killed_;
+  end.cpu_user_us = usage_.cpu_user_us;  // (ext) resource_usage, read by the entry from the unit's cgroup
+  end.cpu_system_us = usage_.cpu_system_us;
+  end.memory_peak_bytes = usage_.memory_peak_bytes;
   set_sandboxed_outcome(end, setup_error_, wait_status_);
   return end;
 }

@@ -30,6 +30,7 @@
 #include "runner/job_output.hpp"
 #include "runner/systemd_units.hpp"
 #include "sandbox/accounts.hpp"
+#include "sandbox/cgroup_usage.hpp"
 #include "sandbox/sandbox_config.hpp"
 
 namespace motor::runner {
@@ -60,6 +61,8 @@ class SystemdExecution : public Execution {
   Status read_control();
   void on_control(ssize_t nread, const char* data);
   void on_control_line(const std::string& line);
+  void on_cgroup(const std::string& dir);
+  Status limit_socket_buffers(const std::string& dir) const;
   void on_setup(const std::string& error);
   void on_exited(int wait_status, int64_t oom_kills);
   void on_start_answer(sd_bus_message* reply);
@@ -89,6 +92,7 @@ class SystemdExecution : public Execution {
   bool exited_ = false, gone_ = false, ended_ = false;
   int wait_status_ = 0;
   int64_t oom_kills_ = 0;
+  sandbox::CgroupUsage usage_;
   std::optional<protocol::KillReason> killed_;
   bool kill_issued_ = false;
 };

@@ -148,7 +148,10 @@ Status Runner::start() {
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = start_workspaces(); !s) return s;
-  if (auto s = start_systemd_backend(); !s) return s;  // before recover(): it stops the leftover units
+  return start_systemd_backend();  // then start_rest(): before recover(), it stops the leftover units
+}
+
+Status Runner::start_rest() {
   if (auto s = recover(); !s) return s;
   if (config_.outbound_network) {
     auto outbound = netpolicy::Outbound::start(loop_, config::outbound_settings(config_));
@@ -183,9 +186,12 @@ void Runner::finish_start() {
   (void)save_state();
   Status s = listen();
   if (s) s = start_timers_and_signals();
-  if (s) return;
-  log_error("cannot start: {}", s.error().message);
-  start_failure_ = s.error();
+  if (!s) abandon_start(s.error());
+}
+
+void Runner::abandon_start(const Error& e) {
+  log_error("cannot start: {}", e.message);
+  start_failure_ = e;
   uv_stop(loop_);
 }
 

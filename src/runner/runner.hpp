@@ -133,6 +133,10 @@ class Runner : public JobHost, private AdmissionHost {
   // After recovery (and its workspace scans, which run on the loop): the state is saved and the
   // runner listens. A failure here stops the loop; start_failure() says why.
   void finish_start();
+  // start()'s second half, from recover() on: at once, or once the systemd backend's start-up
+  // on the loop is done (unit_jobs.cpp). abandon_start: a failure after start() returned.
+  Status start_rest();
+  void abandon_start(const Error& e);
   void restore_job(const PersistedJob& pj, std::string terminal_json);
   Status listen();
 
@@ -170,7 +174,9 @@ class Runner : public JobHost, private AdmissionHost {
   void start_linux_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   // job_backend = systemd (unit_jobs.cpp): the bus, the leftover units, and a job as a unit.
+  // Calls start_rest() itself, at once or from the loop once systemd answered.
   Status start_systemd_backend();
+  void systemd_backend_started(Expected<std::vector<std::string>> leftovers);
   void start_unit_job(Job& job, const JobLaunch& launch, const sandbox::SandboxConfig& box);
   // Ends a job that never started as refused (metrics counted).
   void refuse_queued(Job& job, protocol::RefusalReason reason, const std::string& detail,

@@ -1,145 +1,62 @@
 #include "runner/systemd_units.hpp"
 
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
+#include <fmt/format.h>
 
 #include "base/log.hpp"
 
 namespace motor::runner {
 namespace {
 
-constexpr const char* kSystemd = "org.freedesktop.systemd1";
-constexpr const char* kManagerPath = "/org/freedesktop/systemd1";
-constexpr const char* kManager = "org.freedesktop.systemd1.Manager";
+constexpr const char* kSystemd = kSystemdService;
+constexpr const char* kManagerPath = kSystemdManagerPath;
+constexpr const char* kManager = kSystemdManager;
+constexpr const char* kProperties = "org.freedesktop.DBus.Properties";
 constexpr uint64_t kStartupCallTimeoutUs = 2 * 1000 * 1000;
-constexpr auto kLeftoverWait = std::chrono::seconds(10);
+constexpr uint64_t kLeftoverWaitMs = 10 * 1000;
+constexpr uint64_t kRelistMs = 50;
+constexpr std::string_view kUnitPrefix = "motor-job-", kUnitSuffix = ".service";
 
-struct BusRef {
-  sd_bus* bus = nullptr;
-  ~BusRef() { sd_bus_flush_close_unref(bus); }
-};
-struct MessageRef {
-  sd_bus_message* m = nullptr;
-  ~MessageRef() { sd_bus_message_unref(m); }
-};
-struct ErrorRef {
-  sd_bus_error e = SD_BUS_ERROR_NULL;
-  ~ErrorRef() { sd_bus_error_free(&e); }
-};
-
-// A start-up connection (blocking calls, before the runner listens).
-Expected<BusRef*> startup_bus(BusRef& ref) {
-  if (int r = sd_bus_open_system(&ref.bus); r < 0) return reactor::sd_bus_failure("connecting to the system bus", r);
-  if (int r = sd_bus_set_method_call_timeout(ref.bus, kStartupCallTimeoutUs); r < 0) {
-    return reactor::sd_bus_failure("sd_bus_set_method_call_timeout", r);
-  }
-  return &ref;
+std::string answer_error(sd_bus_message* reply) {
+  const sd_bus_error* e = sd_bus_message_get_error(reply);
+  return e ? fmt::format("{} ({})", e->message ? e->message : "", e->name ? e->name : "") : "no reason";
 }
 
-Expected<std::string> systemd_version(sd_bus* bus) {
-  ErrorRef error;
-  char* version = nullptr;
-  if (int r = sd_bus_get_property_string(bus, kSystemd, kManagerPath, kManager, "Version", &error.e, &version); r < 0) {
-    return reactor::sd_bus_failure("asking systemd for its version", r, &error.e);
-  }
-  std::string v = version ? version : "";
-  free(version);
-  return v;
-}
-
-Expected<std::vector<std::string>> list_job_units(sd_bus* bus) {
-  ErrorRef error;
-  MessageRef reply;
-  const char* patterns[] = {kJobUnitPattern, nullptr};
-  MessageRef call;
-  if (int r = sd_bus_message_new_method_call(bus, &call.m, kSystemd, kManagerPath, kManager, "ListUnitsByPatterns");
-      r < 0) {
-    return reactor::sd_bus_failure("ListUnitsByPatterns", r);
-  }
-  if (int r = sd_bus_message_append_strv(call.m, nullptr); r < 0) return reactor::sd_bus_failure("ListUnitsByPatterns", r);
-  if (int r = sd_bus_message_append_strv(call.m, const_cast<char**>(patterns)); r < 0) {
-    return reactor::sd_bus_failure("ListUnitsByPatterns", r);
-  }
-  if (int r = sd_bus_call(bus, call.m, 0, &error.e, &reply.m); r < 0) {
-    return reactor::sd_bus_failure("listing the job units", r, &error.e);
-  }
-  std::vector<std::string> names;
-  if (int r = sd_bus_message_enter_container(reply.m, SD_BUS_TYPE_ARRAY, "(ssssssouso)"); r < 0) {
-    return reactor::sd_bus_failure("reading the job units", r);
-  }
-  const char* name = nullptr;
-  while (sd_bus_message_read(reply.m, "(ssssssouso)", &name, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                             nullptr, nullptr, nullptr) > 0) {
-    names.emplace_back(name);
-  }
-  return names;
-}
+uint64_t now_ms(uv_loop_t* loop) { return uv_now(loop); }
 
 }  // namespace
 
-std::string job_unit_name(const std::string& job_id) { return "motor-job-" + job_id + ".service"; }
-
-Expected<bool> use_systemd_backend(config::JobBackend wanted) {
-  if (wanted == config::JobBackend::kDirect) return false;
-  if (wanted == config::JobBackend::kAuto && sd_booted() <= 0) {
-    log_info("job_backend = auto: systemd is not PID 1 here; Linux jobs run in the runner's own cgroups");
-    return false;
+int log_bus_failure(sd_bus_message* m, void*, sd_bus_error*) {
+  if (sd_bus_message_is_method_error(m, nullptr)) {
+    const sd_bus_error* e = sd_bus_message_get_error(m);
+    if (!sd_bus_error_has_name(e, "org.freedesktop.systemd1.NoSuchUnit")) log_warning("systemd: {} ({})", e->message, e->name);
   }
-  BusRef ref;
-  auto bus = startup_bus(ref);
-  auto version = bus ? systemd_version(ref.bus) : Expected<std::string>(bus.error());
-  if (!version) {
-    if (wanted == config::JobBackend::kSystemd) {
-      return make_error("config", "job_backend = systemd, but systemd's bus does not answer: " + version.error().message);
-    }
-    log_warning("job_backend = auto: systemd's bus does not answer ({}); Linux jobs run in the runner's own cgroups",
-                version.error().message);
-    return false;
-  }
-  log_info("job_backend: Linux jobs run as transient units of systemd {} in {}", *version, kJobSlice);
-  return true;
+  return 0;
 }
 
-Expected<std::vector<std::string>> stop_leftover_job_units() {
-  BusRef ref;
-  if (auto bus = startup_bus(ref); !bus) return bus.error();
-  auto units = list_job_units(ref.bus);
-  if (!units) return units.error();
-  std::vector<std::string> ids;
-  for (const auto& unit : *units) {
-    log_warning("stopping the job unit {} an earlier runner left", unit);
-    ErrorRef kill_error, stop_error;
-    (void)sd_bus_call_method(ref.bus, kSystemd, kManagerPath, kManager, "KillUnit", &kill_error.e, nullptr, "ssi",
-                             unit.c_str(), "all", SIGKILL);
-    if (int r = sd_bus_call_method(ref.bus, kSystemd, kManagerPath, kManager, "StopUnit", &stop_error.e, nullptr, "ss",
-                                   unit.c_str(), "replace");
-        r < 0) {
-      log_warning("stopping {}: {}", unit, reactor::sd_bus_failure("StopUnit", r, &stop_error.e).message);
-    }
-    constexpr std::string_view prefix = "motor-job-", suffix = ".service";
-    ids.push_back(unit.substr(prefix.size(), unit.size() - prefix.size() - suffix.size()));
+int kill_and_stop_unit(sd_bus* bus, const std::string& unit) {
+  int r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "KillUnit", log_bus_failure, nullptr,
+                                   "ssi", unit.c_str(), "all", SIGKILL);
+  if (r >= 0) {
+    r = sd_bus_call_method_async(bus, nullptr, kSystemd, kManagerPath, kManager, "StopUnit", log_bus_failure, nullptr, "ss",
+                                 unit.c_str(), "replace");
   }
-  // Gone: systemd unloads a stopped transient unit once its cgroup is empty.
-  const auto deadline = std::chrono::steady_clock::now() + kLeftoverWait;
-  for (;;) {
-    auto left = list_job_units(ref.bus);
-    if (!left) return left.error();
-    if (left->empty()) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      log_warning("{} job unit(s) of an earlier runner are still loaded after {} s (first: {})", left->size(),
-                  kLeftoverWait.count(), left->front());
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // start-up, before the runner listens
-  }
-  return ids;
+  return r;
 }
 
-Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std::string entry_path) {
+std::string runner_instance(const std::string& state_dir) {
+  uint32_t hash = 2166136261u;
+  for (unsigned char c : state_dir) hash = (hash ^ c) * 16777619u;
+  return fmt::format("{:08x}", hash);
+}
+
+std::string SystemdUnits::unit_name(const std::string& job_id) const {
+  return std::string(kUnitPrefix) + instance_ + "-" + job_id + std::string(kUnitSuffix);
+}
+
+Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std::string entry_path, std::string instance) {
   if (access(entry_path.c_str(), X_OK) != 0) {
     return make_error("config", "motor-unit-entry is not at " + entry_path + " (it is built beside motor-runner)");
   }
@@ -148,19 +65,111 @@ Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std:
   (*bus)->on_broken([](const std::string& why) {
     log_error("the connection to systemd's bus broke ({}); job units can no longer be started or watched", why);
   });
-  if (int r = sd_bus_call_method_async((*bus)->bus(), nullptr, kSystemd, kManagerPath, kManager, "Subscribe",
-                                       [](sd_bus_message* m, void*, sd_bus_error*) -> int {
-                                         if (sd_bus_message_is_method_error(m, nullptr)) {
-                                           log_error("systemd refused Subscribe: {}",
-                                                     sd_bus_message_get_error(m)->message);
-                                         }
-                                         return 0;
-                                       },
-                                       nullptr, "");
-      r < 0) {
-    return reactor::sd_bus_failure("subscribing to systemd's signals", r);
+  return std::unique_ptr<SystemdUnits>(new SystemdUnits(loop, std::move(*bus), std::move(entry_path), std::move(instance)));
+}
+
+SystemdUnits::~SystemdUnits() { sd_bus_slot_unref(call_slot_); }
+
+Status SystemdUnits::call(const char* interface, const char* member, const std::function<int(sd_bus_message*)>& append,
+                          sd_bus_message_handler_t answer) {
+  sd_bus_message* m = nullptr;
+  int r = sd_bus_message_new_method_call(bus_->bus(), &m, kSystemd, kManagerPath, interface, member);
+  if (r >= 0) r = append(m);
+  if (r >= 0) r = sd_bus_call_async(bus_->bus(), &call_slot_, m, answer, this, kStartupCallTimeoutUs);
+  sd_bus_message_unref(m);
+  if (r < 0) return reactor::sd_bus_failure(member, r);
+  bus_->update();
+  return {};
+}
+
+void SystemdUnits::start(Started done) {
+  done_ = std::move(done);
+  int r = sd_bus_call_method_async(bus_->bus(), nullptr, kSystemd, kManagerPath, kManager, "Subscribe", log_bus_failure,
+                                   nullptr, "");
+  if (r < 0) return finish(reactor::sd_bus_failure("subscribing to systemd's signals", r));
+  auto s = call(kProperties, "Get", [](sd_bus_message* m) { return sd_bus_message_append(m, "ss", kManager, "Version"); },
+                [](sd_bus_message* reply, void* self, sd_bus_error*) -> int {
+                  static_cast<SystemdUnits*>(self)->on_version(reply);
+                  return 0;
+                });
+  if (!s) finish(s.error());
+}
+
+void SystemdUnits::on_version(sd_bus_message* reply) {
+  call_slot_ = sd_bus_slot_unref(call_slot_);
+  const char* version = nullptr;
+  if (sd_bus_message_is_method_error(reply, nullptr)) return finish(make_error("io", answer_error(reply)));
+  if (int r = sd_bus_message_read(reply, "v", "s", &version); r < 0) {
+    return finish(reactor::sd_bus_failure("reading systemd's version", r));
   }
-  return std::unique_ptr<SystemdUnits>(new SystemdUnits(std::move(*bus), std::move(entry_path)));
+  log_info("job_backend: Linux jobs run as transient units of systemd {} in {}, named {}", version ? version : "?",
+           kJobSlice, unit_name("<id>"));
+  list_units();
+}
+
+void SystemdUnits::list_units() {
+  const std::string pattern = std::string(kUnitPrefix) + instance_ + "-*" + std::string(kUnitSuffix);
+  auto s = call(kManager, "ListUnitsByPatterns",
+                [&pattern](sd_bus_message* m) {
+                  const char* patterns[] = {pattern.c_str(), nullptr};
+                  int r = sd_bus_message_append_strv(m, nullptr);
+                  return r < 0 ? r : sd_bus_message_append_strv(m, const_cast<char**>(patterns));
+                },
+                [](sd_bus_message* reply, void* self, sd_bus_error*) -> int {
+                  static_cast<SystemdUnits*>(self)->on_listed(reply);
+                  return 0;
+                });
+  if (!s) finish(s.error());
+}
+
+void SystemdUnits::on_listed(sd_bus_message* reply) {
+  call_slot_ = sd_bus_slot_unref(call_slot_);
+  if (sd_bus_message_is_method_error(reply, nullptr)) {
+    return finish(make_error("io", "listing the job units: " + answer_error(reply)));
+  }
+  std::vector<std::string> names;
+  int r = sd_bus_message_enter_container(reply, SD_BUS_TYPE_ARRAY, "(ssssssouso)");
+  const char* name = nullptr;
+  while (r >= 0 && (r = sd_bus_message_read(reply, "(ssssssouso)", &name, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                            nullptr, nullptr, nullptr, nullptr)) > 0) {
+    names.emplace_back(name);
+  }
+  if (r < 0) return finish(reactor::sd_bus_failure("reading the job units", r));
+  if (names.empty()) return finish(std::move(leftover_ids_));
+  if (stopping_) {
+    if (now_ms(loop_) < give_up_at_ms_) return list_again();
+    log_warning("{} job unit(s) of an earlier runner are still loaded after {} s (first: {})", names.size(),
+                kLeftoverWaitMs / 1000, names.front());
+    return finish(std::move(leftover_ids_));
+  }
+  stopping_ = true;
+  give_up_at_ms_ = now_ms(loop_) + kLeftoverWaitMs;
+  const size_t prefix = kUnitPrefix.size() + instance_.size() + 1;
+  for (const auto& unit : names) {
+    log_warning("stopping the job unit {} an earlier runner left", unit);
+    r = kill_and_stop_unit(bus_->bus(), unit);
+    if (r < 0) log_warning("{}", reactor::sd_bus_failure("stopping " + unit, r).message);
+    if (unit.size() > prefix + kUnitSuffix.size()) leftover_ids_.push_back(unit.substr(prefix, unit.size() - prefix - kUnitSuffix.size()));
+  }
+  list_again();
+}
+
+// Gone: systemd unloads a stopped transient unit once its cgroup is empty.
+void SystemdUnits::list_again() {
+  int rc = relist_.live() ? 0 : relist_.init(this, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(relist_.get(), [](uv_timer_t* h) {
+      if (auto* self = reactor::owner_of<SystemdUnits>(h)) self->list_units();
+    }, kRelistMs, 0);
+  }
+  if (rc < 0) finish(make_error("io", std::string("the timer that lists the job units again: ") + uv_strerror(rc)));
+}
+
+void SystemdUnits::finish(Expected<std::vector<std::string>> result) {
+  relist_.close();
+  Started done = std::move(done_);
+  done_ = nullptr;
+  if (done) done(std::move(result));
 }
 
 }  // namespace motor::runner

@@ -1,54 +1,87 @@
 // The systemd backend's side of the bus (job_backend, docs/job-isolation.md "The systemd
-// backend"): which backend a config asks for on this host, the leftovers of a runner that was
-// killed, and the loop's connection that every job unit is started, watched and killed on
-// (job_systemd.hpp).
-//
-// Two kinds of calls: the start-up ones here (the probe, the recovery) are made before the
-// runner listens, on a connection of their own with a 2 s timeout per call; everything on the
-// loop's connection is asynchronous (reactor/sd_bus_loop.hpp).
+// backend"): the loop's connection that every job unit is started, watched and killed on
+// (job_systemd.hpp), and the start-up on it: the probe of the manager and the stop of the units
+// an earlier runner of this instance left. Every call is asynchronous, answered on the loop
+// (reactor/sd_bus_loop.hpp); the runner listens only once the start-up is done.
 #pragma once
 
 #include <uv.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "motor/expected.hpp"
 #include "reactor/sd_bus_loop.hpp"
+#include "reactor/uv_handle.hpp"
 
 namespace motor::runner {
 
 // Every job unit is in this slice (made by systemd on first use, under -.slice): the operator
 // sees the jobs together (`systemctl status motor-jobs.slice`, `systemd-cgtop`).
 inline constexpr const char* kJobSlice = "motor-jobs.slice";
-inline constexpr const char* kJobUnitPattern = "motor-job-*.service";
-std::string job_unit_name(const std::string& job_id);
 
-// True: Linux jobs run as systemd units. `systemd`: an error ("config") unless systemd's bus
-// answers; `auto`: systemd when it is PID 1 (sd_booted) and its bus answers; `direct`: false.
-Expected<bool> use_systemd_backend(config::JobBackend wanted);
+// systemd's manager on the bus.
+inline constexpr const char* kSystemdService = "org.freedesktop.systemd1";
+inline constexpr const char* kSystemdManagerPath = "/org/freedesktop/systemd1";
+inline constexpr const char* kSystemdManager = "org.freedesktop.systemd1.Manager";
+// The handler of a call whose answer nobody waits for (KillUnit, StopUnit, Subscribe): a failure
+// is logged, except NoSuchUnit (the unit is gone already, which is what a kill wants).
+int log_bus_failure(sd_bus_message* m, void*, sd_bus_error*);
+// KillUnit(all, SIGKILL) and StopUnit(replace), asynchronous (answers: log_bus_failure); a
+// negative errno if they could not be queued.
+int kill_and_stop_unit(sd_bus* bus, const std::string& unit);
 
-// Start-up recovery (a runner killed with kill -9 left its units running): every loaded
-// motor-job-*.service is killed (SIGKILL to all its processes) and stopped; waits at most 10 s
-// for them to be gone. Returns the job ids of the units found.
-Expected<std::vector<std::string>> stop_leftover_job_units();
+// A runner's instance: 8 hex digits of its state directory's FNV-1a hash. Its job units are
+// motor-job-<instance>-<id>.service, so that two runners on one host (the gate's own runner
+// beside the service, two state dirs) never stop each other's units at start.
+std::string runner_instance(const std::string& state_dir);
 
 class SystemdUnits {
  public:
-  // The loop's connection to the system bus, subscribed to the manager's signals (UnitRemoved,
-  // JobRemoved are sent only to subscribers). `entry_path`: motor-unit-entry on the host.
-  static Expected<std::unique_ptr<SystemdUnits>> open(uv_loop_t* loop, std::string entry_path);
+  // The job ids of this instance's units an earlier runner left (killed and stopped), or why
+  // systemd did not answer.
+  using Started = std::function<void(Expected<std::vector<std::string>>)>;
+
+  // The loop's connection to the system bus (connecting a local socket does not wait; the Hello
+  // is answered on the loop). An error: no bus to connect to. `entry_path`: motor-unit-entry.
+  static Expected<std::unique_ptr<SystemdUnits>> open(uv_loop_t* loop, std::string entry_path, std::string instance);
+  ~SystemdUnits();
+  SystemdUnits(const SystemdUnits&) = delete;
+  SystemdUnits& operator=(const SystemdUnits&) = delete;
+
+  // On the loop: Subscribe (UnitRemoved, JobRemoved go only to subscribers), the manager's
+  // Version (2 s, the probe), then this instance's loaded units (ListUnitsByPatterns) each killed
+  // (SIGKILL to all its processes) and stopped, and listed again every 50 ms until they are gone
+  // (10 s at most). `done` runs once, from a bus callback: it must not destroy this object there.
+  void start(Started done);
 
   reactor::SdBusLoop& bus() { return *bus_; }
   const std::string& entry_path() const { return entry_path_; }
+  std::string unit_name(const std::string& job_id) const;
 
  private:
-  SystemdUnits(std::unique_ptr<reactor::SdBusLoop> bus, std::string entry_path)
-      : bus_(std::move(bus)), entry_path_(std::move(entry_path)) {}
+  SystemdUnits(uv_loop_t* loop, std::unique_ptr<reactor::SdBusLoop> bus, std::string entry_path, std::string instance)
+      : loop_(loop), bus_(std::move(bus)), entry_path_(std::move(entry_path)), instance_(std::move(instance)) {}
+  Status call(const char* interface, const char* member, const std::function<int(sd_bus_message*)>& append,
+              sd_bus_message_handler_t answer);
+  void list_units();
+  void on_version(sd_bus_message* reply);
+  void on_listed(sd_bus_message* reply);
+  void list_again();
+  void finish(Expected<std::vector<std::string>> result);
+
+  uv_loop_t* loop_;
   std::unique_ptr<reactor::SdBusLoop> bus_;
-  std::string entry_path_;
+  std::string entry_path_, instance_;
+  Started done_;
+  sd_bus_slot* call_slot_ = nullptr;  // the start-up call waiting for its answer
+  std::vector<std::string> leftover_ids_;
+  bool stopping_ = false;
+  uint64_t give_up_at_ms_ = 0;
+  reactor::UvHandle<uv_timer_t> relist_;
 };
 
 }  // namespace motor::runner

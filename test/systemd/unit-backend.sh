@@ -6,7 +6,8 @@
 # capabilities and motor-init as PID 1 inside, its output byte-exact; a fork bomb stops at
 # TasksMax; a balloon is OOM-killed and reported; cancel and timeout leave no unit and no
 # process; after kill -9 of the runner its restart stops the unit left and records
-# outcome_unknown. Leaves the runner on job_backend = direct again.
+# outcome_unknown, and leaves another runner instance's unit alone; the balloon's resource_usage;
+# `motor-runner gate` passes under this backend. Leaves the runner on job_backend = direct again.
 
 job_units() { inside systemctl list-units --all --plain --no-legend 'motor-job-*' | awk '{print $1}'; }
 job_processes() { inside ps -u motor-job -o pid=,comm= 2>/dev/null; }
@@ -82,6 +83,8 @@ as_alice 'exec motor run --no-sync -- /usr/local/bin/motor-t-output' >"$tmp/unit
 client=$!
 wait_for_unit "a running job"
 unit=$(job_units)
+# Named after the runner's instance (8 hex digits of its state dir's hash) and the job.
+[[ $unit =~ ^motor-job-[0-9a-f]{8}-[^.]+\.service$ ]] || fail "the unit's name: $unit"
 props=$(inside systemctl show -p Slice -p TasksMax -p MemoryMax -p NoNewPrivileges -p KillMode -p User "$unit")
 grep -qx 'Slice=motor-jobs.slice' <<<"$props" && grep -qx 'TasksMax=64' <<<"$props" && grep -qx 'User=motor-job' <<<"$props" &&
   grep -qx 'NoNewPrivileges=yes' <<<"$props" && grep -qx 'KillMode=control-group' <<<"$props" &&
@@ -124,6 +127,10 @@ no_unit_or_process "the balloon"
 as_alice "motor run --no-sync --json --memory 1G -- python3 -c 'b = b\"x\" * (512 << 20)'" >"$tmp/no-oom.json" 2>&1
 grep -q '"outcome":{"type":"exit","code":0}' "$tmp/no-oom.json" && ! grep -q '"oom_killed":true' "$tmp/no-oom.json" ||
   fail "the balloon under a 1G limit: $(tail -1 "$tmp/no-oom.json")"
+# resource_usage, read by the entry from the unit's cgroup: the 512 MiB balloon's peak.
+peak=$(grep -o '"memory_peak_bytes":[0-9]*' "$tmp/no-oom.json" | cut -d: -f2)
+[[ -n $peak && $peak -ge $((512 << 20)) ]] && grep -q '"cpu_user_us":[0-9]' "$tmp/no-oom.json" ||
+  fail "the balloon's resource_usage: $(tail -1 "$tmp/no-oom.json")"
 
 step "cancel and timeout leave no unit and no process"
 as_alice 'exec motor run --no-sync --json -- sleep 600' >"$tmp/cancel.json" 2>&1 &
@@ -138,19 +145,50 @@ as_alice 'motor run --no-sync --json --timeout 1 -- sleep 600' >"$tmp/timeout.js
 grep -q '"killed":"deadline"' "$tmp/timeout.json" || fail "the timed-out job's terminal: $(tail -1 "$tmp/timeout.json")"
 no_unit_or_process "a timed-out job"
 
-step "kill -9 of the runner: its restart stops the unit left and records outcome_unknown"
+step "kill -9 of the runner: its restart stops the unit left and records outcome_unknown, and no other runner's"
+# Another runner instance's job unit (as the gate's own runner makes): the restart leaves it.
+foreign=motor-job-00000000-foreign.service
+inside systemd-run -q --unit="$foreign" --slice=motor-jobs.slice sleep 600 || fail "starting $foreign"
 as_alice 'exec motor run --no-sync --json -- sleep 600' >"$tmp/lost.json" 2>&1 &
 client=$!
-wait_for_unit "the job the runner loses"
+for _ in $(seq 1 100); do
+  [[ $(job_units | grep -vc foreign) -gt 0 ]] && break
+  sleep 0.1
+done
 id=$(job_id_of "$tmp/lost.json")
 inside systemctl kill --signal=KILL --kill-who=main motor-runner || fail "kill -9 of the runner"
-[[ -n $(job_units) ]] || fail "the job's unit went with the runner (it should outlive it, for the restart to find)"
+[[ $(job_units | grep -vc foreign) -gt 0 ]] || fail "the job's unit went with the runner (it should outlive it, for the restart to find)"
 sleep 2.5  # Restart=on-failure, RestartSec=2
 runner_active
+[[ $(inside systemctl is-active "$foreign") == active ]] || fail "the restart stopped $foreign, another runner's unit"
+inside systemctl stop "$foreign"
 no_unit_or_process "the runner's restart"
 status=$(as_alice "motor status --json $id" 2>&1)
 grep -q 'outcome_unknown' <<<"$status" || fail "the lost job's status after the restart: $status"
 kill "$client" 2>/dev/null
 wait "$client" 2>/dev/null
+
+step "motor-runner gate under job_backend = systemd: every attack stopped"
+# The packaged config with the systemd backend, pids_max = 4096, and a maximum timeout the
+# fork-bomb attack's 120 s fits (the reload step above lowered it to 60 s).
+inside sh -c "sed -e 's/^max_timeout_s = .*/max_timeout_s = 3600/' /etc/motor/motor-runner.conf >/run/gate-systemd.conf" ||
+  fail "the gate's config"
+gate_since=$(inside date '+%Y-%m-%d %H:%M:%S')
+gate_started=$SECONDS
+inside timeout 600 motor-runner gate --config /run/gate-systemd.conf >"$tmp/gate-systemd.log" 2>&1 ||
+  { tail -40 "$tmp/gate-systemd.log" >&2; fail "the gate under job_backend = systemd failed"; }
+echo "gate under job_backend = systemd: $((SECONDS - gate_started)) s; $(tail -1 "$tmp/gate-systemd.log")" >&2
+# Its attacks ran as units (the gate's runner is an instance of its own).
+units_run=$(inside journalctl --no-pager --since "$gate_since" -o cat | grep -c '^Started motor-job-')
+[[ $units_run -ge 20 ]] || fail "the gate's jobs were not units: $units_run started"
+no_unit_or_process "the gate"
+
+# The benchmark (bench/systemd_start.py), only when asked: MOTOR_SYSTEMD_BENCH=ROUNDS.
+if [[ -n ${MOTOR_SYSTEMD_BENCH:-} ]]; then
+  step "bench/systemd_start.py ${MOTOR_SYSTEMD_BENCH} (systemd backend, direct, systemd-run)"
+  cp "$src/bench/systemd_start.py" "$tmp/os/root/" &&
+    inside python3 /root/systemd_start.py "$MOTOR_SYSTEMD_BENCH" >&2 || fail "bench/systemd_start.py"
+  no_unit_or_process "the benchmark"
+fi
 
 use_backend direct 4096

@@ -10,9 +10,13 @@
 // writes one request: u32 length (host order), then the SandboxConfig and the SpawnSpec in
 // sandbox_codec.hpp's wire form. Its stdout and stderr are the job's output pipes, the runner's
 // own (StandardOutput=fd). It answers on fd 0, one line each:
+//   cgroup DIR\n       its memory cgroup (before the sandbox): the runner sets what systemd does
+//                      not (memory.kmem.tcp.limit_in_bytes on v1) and answers "go\n"
 //   setup\n            the command was exec'd (motor-init runs it)
 //   setup TEXT\n       the sandbox's setup failed, or "exec: ..." the command could not be exec'd
-//   exited W O\n       motor-init ended with wait status W; the unit's memory cgroup counted O OOM kills
+//   exited W O U S P\n motor-init ended with wait status W; the unit's memory cgroup counted O OOM
+//                      kills; the unit's CPU time (user U, system S, in us) and peak memory P
+//                      (bytes), -1 where the cgroup has no such file
 // and exits: 0 after "exited", 127 before it. Nothing else of it writes to the job's output.
 #include <fcntl.h>
 #include <poll.h>
@@ -26,9 +30,11 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "motor/fd_io.hpp"
 #include "motor/unique_fd.hpp"
+#include "sandbox/cgroup_usage.hpp"
 #include "sandbox/pipestatus.hpp"
 #include "sandbox/sandbox_codec.hpp"
 #include "sandbox/sandbox_plan.hpp"
@@ -75,32 +81,64 @@ void answer(const std::string& line) {
   _exit(127);
 }
 
-// OOM kills counted by the memory controller of this process's cgroup: v1 memory.oom_control
-// (this host's hybrid layout) or v2 memory.events.
-long long oom_kills() {
+// This process's cgroup directories, from /proc/self/cgroup: each v1 hierarchy's (under the
+// mount named after its controllers) and the unified one; `memory`: the memory controller's.
+struct OwnCgroups {
+  std::vector<std::string> directories;
+  std::string memory;
+};
+
+OwnCgroups own_cgroups() {
+  OwnCgroups own;
+  const bool hybrid = ::access("/sys/fs/cgroup/unified", F_OK) == 0;
   std::ifstream self("/proc/self/cgroup");
-  std::string line, v1, v2;
+  std::string line;
   while (std::getline(self, line)) {
     const auto first = line.find(':'), second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
-    if (controllers.empty()) v2 = path;
+    if (controllers.rfind("name=", 0) == 0) continue;
+    const std::string dir = controllers.empty() ? (hybrid ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup") + path
+                                                : "/sys/fs/cgroup/" + controllers + path;
+    own.directories.push_back(dir);
+    if (controllers.empty() && own.memory.empty()) own.memory = dir;
     for (size_t at = 0; at <= controllers.size();) {
       const auto comma = controllers.find(',', at);
-      if (controllers.substr(at, comma - at) == "memory") v1 = path;
+      if (controllers.substr(at, comma - at) == "memory") own.memory = dir;
       if (comma == std::string::npos) break;
       at = comma + 1;
     }
   }
-  const std::string file = !v1.empty() ? "/sys/fs/cgroup/memory" + v1 + "/memory.oom_control"
-                                       : "/sys/fs/cgroup" + v2 + "/memory.events";
-  std::ifstream in(file);
+  return own;
+}
+
+// OOM kills counted by the memory controller: v1 memory.oom_control (this host's hybrid layout)
+// or v2 memory.events.
+long long oom_kills(const std::string& memory_dir) {
+  std::ifstream in(memory_dir + "/memory.oom_control");
+  if (!in) in.open(memory_dir + "/memory.events");
   std::string key;
   long long value = 0;
   while (in >> key >> value) {
     if (key == "oom_kill") return value;
   }
   return 0;
+}
+
+// The runner charges socket buffers to the unit's v1 memory cgroup (memory.kmem.tcp, which
+// systemd 252 does not set) before the job makes any: "cgroup DIR" out, "go" back.
+void await_runner_limits(const std::string& memory_dir) {
+  answer("cgroup " + memory_dir);
+  std::string reply;
+  char c = 0;
+  while (reply.size() < 512 && read_exact(kControl, &c, 1) && c != '\n') reply += c;
+  if (reply != "go") give_up("motor-unit-entry: the runner did not set the unit's limits: " + reply);
+}
+
+std::string usage_fields(const std::vector<std::string>& directories) {
+  const sandbox::CgroupUsage u = sandbox::read_cgroup_usage(directories);
+  return std::to_string(u.cpu_user_us.value_or(-1)) + " " + std::to_string(u.cpu_system_us.value_or(-1)) + " " +
+         std::to_string(u.memory_peak_bytes.value_or(-1));
 }
 
 bool read_request(sandbox::SandboxConfig& box, sandbox::SpawnSpec& spec) {
@@ -128,6 +166,8 @@ int main() {
   sandbox::SpawnSpec spec;
   if (!read_request(box, spec)) give_up("motor-unit-entry: no well-formed request on its stdin");
   if (box.network) give_up("motor-unit-entry: an outbound job needs the runner's egress namespace");
+  const OwnCgroups cgroups = own_cgroups();
+  await_runner_limits(cgroups.memory);
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) give_up("the sandbox cannot be built: " + plan.error().message);
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
@@ -164,6 +204,7 @@ int main() {
   int wait_status = *status;
   // As the direct backend reports it: the command's signal, not motor-init's 128+N.
   if (init_signal && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 128 + init_signal) wait_status = init_signal;
-  answer("exited " + std::to_string(wait_status) + " " + std::to_string(oom_kills()));
+  answer("exited " + std::to_string(wait_status) + " " + std::to_string(oom_kills(cgroups.memory)) + " " +
+         usage_fields(cgroups.directories));
   return 0;
 }
