@@ -66,7 +66,9 @@ TEST(OutputFrame, ABrokenBinaryFrameIsRefusedNotMisread) {
   for (const std::string& bad : {header_too_long, no_header, cut, not_output}) {
     auto m = parse_message(parser, bad);
     EXPECT_FALSE(m) << "read a broken binary frame";
-    if (!m) EXPECT_EQ(m.error().code, "bad_request");
+    if (!m) {
+      EXPECT_EQ(m.error().code, "bad_request");
+    }
   }
   auto m = parse_message(parser, good);
   ASSERT_TRUE(m) << m.error().message;
