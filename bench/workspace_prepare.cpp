@@ -8,11 +8,15 @@
 //     tree onto an up-to-date copy after the same edit. Goal: within 2x of rsync.
 //  3. The changed-paths scan after a job, with 100,000 files in the workspace's (ignored)
 //     target/: `motor run --no-sync -c true` end to end, against the same with no target/.
-// Medians of N runs each, interleaved. Run as root (it starts a runner).
+// Medians of N runs each, interleaved (argv[1], default 5); argv[2] "first" runs only row 1. The
+// first prepare's time is split by the runner's own figures in its reply (fetch: index-pack of
+// the bundle; checkout: the sandboxed read-tree into the workspace); the rest is the client's
+// git work, the transfer and the process starts. Run as root (it starts a runner).
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int n = argc > 1 ? std::atoi(argv[1]) : 5;
+  const bool only_first = argc > 2 && std::strcmp(argv[2], "first") == 0;
   const std::string base = motor::test::make_temp_dir();
   const std::string repo = base + "/repo";
   // 100 directories of 100 files of ~300 bytes, committed, and a .gitignore naming target/.
@@ -71,15 +76,31 @@ int main(int argc, char** argv) {
     return timed_ms(a, {"XDG_CACHE_HOME=" + cache}, repo, out);
   };
 
-  std::vector<double> first_motor, first_clone, first_rsync;
+  std::vector<double> first_motor, first_clone, first_rsync, first_fetch, first_checkout;
   for (int i = 0; i < n; ++i) {
     const std::string cache = fmt::format("{}/cache-first-{}", base, i);
     sh(fmt::format("rm -rf {}/mirrors/root", runner.state_dir()));
-    first_motor.push_back(motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, cache));
+    CommandResult r;
+    first_motor.push_back(motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, cache, &r));
+    // "... (runner: fetch N ms, checkout M ms)"
+    if (auto at = r.out.find("fetch "); at != std::string::npos) first_fetch.push_back(std::atof(r.out.c_str() + at + 6));
+    if (auto at = r.out.find("checkout "); at != std::string::npos) first_checkout.push_back(std::atof(r.out.c_str() + at + 9));
     motor({"workspace", "drop", fmt::format("first{}", i)}, cache);
     first_clone.push_back(timed_ms({"/usr/bin/git", "clone", "-q", "--no-local", repo, fmt::format("{}/clone{}", base, i)}));
     first_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", fmt::format("{}/rsync{}/", base, i)}));
     sh(fmt::format("rm -rf {0}/clone{1} {0}/rsync{1}", base, i));
+  }
+
+  fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms); load average {}", n,
+             motor::test::read_file("/proc/loadavg"));
+  fmt::print("  first:       motor {:8.1f}   git clone --no-local {:8.1f}   rsync -a {:8.1f}   motor/rsync {:.2f}x (goal <= 2x)\n",
+             median(first_motor), median(first_clone), median(first_rsync), median(first_motor) / median(first_rsync));
+  fmt::print("               of which the runner's fetch {:.1f} and checkout {:.1f}\n", median(first_fetch),
+             median(first_checkout));
+  if (only_first) {
+    runner.stop();
+    motor::test::remove_tree(base);
+    return 0;
   }
 
   // Incremental: one workspace and one rsync copy, both up to date; then edit, sync, repeat.
@@ -110,9 +131,6 @@ int main(int argc, char** argv) {
     scan_small.push_back(motor({"run", "--no-sync", "-w", "scan-small", "-c", "true"}, cache));
   }
 
-  fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms)\n", n);
-  fmt::print("  first:       motor {:8.1f}   git clone --no-local {:8.1f}   rsync -a {:8.1f}   motor/rsync {:.2f}x\n",
-             median(first_motor), median(first_clone), median(first_rsync), median(first_motor) / median(first_rsync));
   fmt::print("  incremental: motor {:8.1f}   rsync -a (whole tree) {:8.1f}   motor/rsync {:.2f}x (goal <= 2x); "
              "bundle {} bytes\n",
              median(inc_motor), median(inc_rsync), median(inc_motor) / median(inc_rsync), inc_bytes);

@@ -270,6 +270,8 @@ int run_or_attach(const CliOptions& o, Connection& conn) {
     if (!synced) return synced.error().code == kExitCarrier ? std::atoi(synced.error().message.c_str()) : kExitSoftware;
     effective = std::move(*synced);
   }
+  // Output goes to our stdout as raw bytes: ask for it raw (--json prints the records as sent).
+  if (!o.json) (void)ask_binary_output(conn);
   auto id = run ? conn.request("exec.run", run_params(effective))
                 : conn.request("exec.attach", job_ref_params(o.job_id, start.secret, o.from_seq));
   if (!id) {

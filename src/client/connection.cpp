@@ -151,7 +151,9 @@ Error Connection::stream_ended() {
 }
 
 Status Connection::fill(bool (*interrupted)(), std::chrono::milliseconds limit) {
-  std::vector<char> buf(64 * 1024);
+  // One read buffer per thread (exec-remote runs a connection per thread), sized once: a read is
+  // taken apart into frames before the next, and a binary output frame fits in one.
+  thread_local std::string buf(256 * 1024, '\0');
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (frames_.empty()) {
     pollfd p{fd_.get(), POLLIN, 0};

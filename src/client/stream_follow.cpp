@@ -113,6 +113,7 @@ class StreamFollower {
         continue;
       }
       conn_ = std::move(*again);
+      if (!o_.json) (void)ask_binary_output(conn_);
       auto id = conn_.request("exec.attach", job_ref_params(s_.job_id, s_.secret, s_.last_seq + 1));
       if (!id) {
         why = id.error();
@@ -180,6 +181,10 @@ class StreamFollower {
 };
 
 }  // namespace
+
+Status ask_binary_output(Connection& conn) {
+  return conn.send_raw(R"({"id":0,"method":"runner.hello","params":{"binary_output":true}})");
+}
 
 int follow_stream(const CliOptions& o, Connection& conn, FollowStart start) {
   return StreamFollower(o, conn, std::move(start)).run();

@@ -22,6 +22,11 @@ struct FollowStart {
   std::optional<std::string> secret;  // attach: the direct job's secret
 };
 
+// (ext) Asks the runner for binary output frames (protocol/output_frame.hpp) on this session: a
+// runner.hello with request id 0, not waited for (the follow skips its reply). An older runner
+// ignores the ask and sends JSON records, which the follow reads all the same.
+Status ask_binary_output(Connection& conn);
+
 // Returns the client's exit status.
 int follow_stream(const CliOptions& o, Connection& conn, FollowStart start);
 

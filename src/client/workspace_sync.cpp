@@ -145,13 +145,16 @@ Status open_cache(const std::string& cache, const std::string& objects, const st
                   const std::string& private_index) {
   if (!file_exists(cache + "/HEAD")) {
     if (auto s = git_ok({"init", "-q", "--bare", cache}); !s) return s.error();
-    if (auto s = git_ok({"--git-dir=" + cache, "config", "gc.auto", "0"}); !s) return s.error();
-    const std::string alternates = cache + "/objects/info/alternates";
-    UniqueFd f(open(alternates.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    const std::string line = objects + "\n";
-    if (!f || write(f.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      return Error{"io", "writing " + alternates};
-    }
+    // gc.auto 0 appended as `git config` writes it, and the alternates: no more processes.
+    auto append = [](const std::string& path, std::string_view text, int flags) -> Status {
+      UniqueFd f(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644));
+      if (!f || write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return Error{"io", "writing " + path};
+      }
+      return {};
+    };
+    if (auto s = append(cache + "/config", "[gc]\n\tauto = 0\n", O_APPEND); !s) return s;
+    if (auto s = append(cache + "/objects/info/alternates", objects + "\n", O_TRUNC); !s) return s;
   }
   if (!file_exists(private_index) && file_exists(index)) return copy_file(index, private_index);
   return {};

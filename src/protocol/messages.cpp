@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "protocol/base64.hpp"
+#include "protocol/output_frame.hpp"
 #include "protocol/size.hpp"
 
 namespace motor::protocol {
@@ -555,12 +556,7 @@ std::string encode_started(int64_t seq, int64_t queue_wait_ms, int64_t started_a
 
 std::string encode_output(int64_t seq, std::string_view stream, std::string_view bytes, std::optional<int64_t> truncated_before_seq) {
   std::string out;
-  out.reserve(bytes.size() / 3 * 4 + 96);
-  fmt::format_to(std::back_inserter(out), "{{\"type\":\"output\",\"seq\":{},\"stream\":\"{}\",\"bytes\":\"", seq, stream);
-  base64_append(out, bytes);
-  out.push_back('"');
-  if (truncated_before_seq) fmt::format_to(std::back_inserter(out), ",\"truncated_before_seq\":{}", *truncated_before_seq);
-  out.push_back('}');
+  append_json_output(out, OutputHead{std::nullopt, seq, stream, truncated_before_seq}, bytes);
   return out;
 }
 
@@ -606,6 +602,15 @@ std::string encode_terminal(const TerminalRecord& r) {
 }
 
 Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view payload) {
+  // A binary output frame (ext): a JSON header, then its raw bytes (protocol/output_frame.hpp);
+  // the Message's `raw` is then that header.
+  std::optional<std::string_view> raw_bytes;
+  if (!payload.empty() && payload[0] == kBinaryFrameMark) {
+    auto parts = split_binary_frame(payload);
+    if (!parts) return bad(parts.error().message);
+    payload = parts->first;
+    raw_bytes = parts->second;
+  }
   auto root = parse_json(parser, payload);
   if (!root) return root.error();
   object obj;
@@ -642,11 +647,16 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   }
   std::string_view s;
   if (!obj.at_key("job_id").get_string().get(s)) m.job_id = std::string(s);
+  if (raw_bytes && m.type != "output") return bad("a binary frame that is not an output record");
   if (m.type == "output") {
     // A stream label this version does not know is kept (exec-remote/v1: deliver its bytes and
     // seq); the client decides where such bytes go (never to its stdout).
     if (obj.at_key("stream").get_string().get(s)) return bad("output record without \"stream\"");
     m.stream = std::string(s);
+    if (raw_bytes) {
+      m.bytes = std::string(*raw_bytes);
+      return m;
+    }
     if (obj.at_key("bytes").get_string().get(s)) return bad("output record without \"bytes\"");
     auto bytes = base64_decode(s);
     if (!bytes) return bad("output record whose \"bytes\" is not base64");

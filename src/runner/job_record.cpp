@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "protocol/messages.hpp"
+#include "protocol/output_frame.hpp"
 #include "base/log.hpp"
 #include "runner/session.hpp"
 
@@ -15,6 +16,34 @@ namespace motor::runner {
 namespace {
 // How often a terminal record held back by a full disk is offered to the log again.
 constexpr uint64_t kLogRetryMs = 1000;
+
+// Sends one entry of the log to the session as its record; the bytes sent. `scratch` holds the
+// entry's payload (JobLog::read).
+size_t send_entry(Session& session, int64_t request_id, const JobLog::Entry& e, std::optional<int64_t> truncated,
+                  std::string& scratch) {
+  if (e.kind == JobLog::Kind::kRecord) {
+    std::string record(e.payload);
+    if (truncated) record = fmt::format("{{\"truncated_before_seq\":{},{}", *truncated, record.substr(1));
+    std::string message = protocol::with_request_id(request_id, record);
+    const size_t n = message.size();
+    session.send(std::move(message));
+    return n;
+  }
+  // An output record is built once, as its whole frame: binary (the log's bytes themselves, the
+  // read buffer handed over) for a session that asked for it, else JSON with base64.
+  const protocol::OutputHead head{request_id, e.seq, e.kind == JobLog::Kind::kStdout ? "stdout" : "stderr", truncated};
+  if (session.binary_output()) {
+    std::string frame_head = protocol::binary_output_frame_head(head, e.payload.size());
+    const size_t n = frame_head.size() + e.payload.size();
+    session.send_frame(std::move(frame_head), std::move(scratch));  // e.payload is all of scratch
+    scratch.clear();
+    return n;
+  }
+  std::string frame = protocol::json_output_frame(head, e.payload);
+  const size_t n = frame.size();
+  session.send_frame(std::move(frame));
+  return n;
+}
 }  // namespace
 
 void remove_job_dir(const std::string& dir) {
@@ -256,15 +285,8 @@ bool JobRecord::pump(Follower& f, size_t* budget) {
     const auto& e = **entry;
     std::optional<int64_t> truncated = e.truncated_before_seq ? e.truncated_before_seq : f.truncated_before_seq;
     f.truncated_before_seq.reset();
-    std::string record;
-    if (e.kind == JobLog::Kind::kRecord) {
-      record = std::string(e.payload);
-      if (truncated) record = fmt::format("{{\"truncated_before_seq\":{},{}", *truncated, record.substr(1));
-    } else {
-      record = protocol::encode_output(e.seq, e.kind == JobLog::Kind::kStdout ? "stdout" : "stderr", e.payload, truncated);
-    }
-    if (budget) *budget -= std::min(*budget, record.size());
-    session.send(protocol::with_request_id(request_id, record));
+    const size_t sent = send_entry(session, request_id, e, truncated, scratch_);
+    if (budget) *budget -= std::min(*budget, sent);
   }
   // Once the job is finished and this follower has had its last record (the terminal one), the
   // follow is over, however that record reached it.

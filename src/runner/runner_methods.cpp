@@ -157,9 +157,13 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_hello(Session& session, const protocol::Request& r) {
+  // (ext) "binary_output": true asks for binary output frames (protocol/output_frame.hpp).
+  auto binary = protocol::parse_flag(parser_, r.params_json, "binary_output");
+  if (!binary) return session.send(protocol::encode_error(r.id, binary.error().code, binary.error().message));
+  if (*binary) session.set_binary_output();
   JsonWriter w;
   w.begin_object().field("runner", "motor-runner").field("version", kVersion).field("protocol", kProtocolVersion);
-  w.field("caller", session.caller()).end_object();
+  w.field("caller", session.caller()).field("binary_output", session.binary_output()).end_object();
   session.send(protocol::encode_result(r.id, w.str()));
 }
 

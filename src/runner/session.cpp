@@ -15,11 +15,20 @@
 namespace motor::runner {
 namespace {
 
+// One frame in flight: a head and (for an output record) its body, freed once written.
 struct WriteRequest {
   uv_write_t req{};
-  std::string data;
+  std::string head, body;
   Session* session = nullptr;
   bool sensitive = false;
+  size_t size() const { return head.size() + body.size(); }
+  void wipe_and_delete() {
+    if (sensitive) {
+      explicit_bzero(head.data(), head.size());
+      explicit_bzero(body.data(), body.size());
+    }
+    delete this;
+  }
 };
 
 std::string user_name(uid_t uid) {
@@ -142,29 +151,37 @@ void Session::send(std::string json, bool sensitive) {
     if (sensitive) explicit_bzero(json.data(), json.size());
     return;
   }
-  auto* w = new WriteRequest;
-  w->data.reserve(json.size() + 4);
-  protocol::append_frame(w->data, json);
+  std::string frame;
+  frame.reserve(json.size() + 4);
+  protocol::append_frame(frame, json);
   if (sensitive) explicit_bzero(json.data(), json.size());
+  send_frame(std::move(frame), {}, sensitive);
+}
+
+void Session::send_frame(std::string head, std::string body, bool sensitive) {
+  auto* w = new WriteRequest;
+  w->head = std::move(head);
+  w->body = std::move(body);
   w->sensitive = sensitive;
   w->session = this;
-  in_flight_ += w->data.size();
-  runner_.buffered_changed(static_cast<int64_t>(w->data.size()));
-  uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-  const int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&pipe_), &b, 1, [](uv_write_t* req, int) {
+  if (closing_) return w->wipe_and_delete();
+  const size_t bytes = w->size();
+  in_flight_ += bytes;
+  runner_.buffered_changed(static_cast<int64_t>(bytes));
+  uv_buf_t b[2] = {uv_buf_init(w->head.data(), static_cast<unsigned>(w->head.size())),
+                   uv_buf_init(w->body.data(), static_cast<unsigned>(w->body.size()))};
+  const int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&pipe_), b, w->body.empty() ? 1 : 2, [](uv_write_t* req, int) {
     auto* done = reinterpret_cast<WriteRequest*>(req);
     Session* s = done->session;
-    const size_t n = done->data.size();
-    if (done->sensitive) explicit_bzero(done->data.data(), done->data.size());
-    delete done;
+    const size_t n = done->size();
+    done->wipe_and_delete();
     s->on_write_done(n);
   });
   if (rc != 0) {
     log_info("session {}: cannot write to the connection ({}); closing it", caller_, uv_strerror(rc));
-    in_flight_ -= w->data.size();
-    runner_.buffered_changed(-static_cast<int64_t>(w->data.size()));
-    if (w->sensitive) explicit_bzero(w->data.data(), w->data.size());
-    delete w;
+    in_flight_ -= bytes;
+    runner_.buffered_changed(-static_cast<int64_t>(bytes));
+    w->wipe_and_delete();
     close();
     return;
   }

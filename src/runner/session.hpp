@@ -52,6 +52,12 @@ class Session {
   static constexpr bool kSensitive = true;
   // `sensitive`: the bytes hold a secret; every copy is wiped once written.
   void send(std::string json, bool sensitive = false);
+  // Queues one frame already encoded (length prefix included) as `head` followed by `body`: an
+  // output record built whole (protocol/output_frame.hpp), its bytes not copied again.
+  void send_frame(std::string head, std::string body = {}, bool sensitive = false);
+  // Asked for in runner.hello (ext): this session's output records come as binary frames.
+  bool binary_output() const { return binary_output_; }
+  void set_binary_output() { binary_output_ = true; }
   // Stream records go out only while the bytes in flight are below the per-client bound and
   // all sessions together are below the runner's total (client_buffer_total); the job feeds more
   // when on_drained tells it there is room.
@@ -120,6 +126,7 @@ class Session {
   bool privileged_ = false;
   bool bridged_ = false;
   bool from_bridge_account_ = false;
+  bool binary_output_ = false;
   std::string caller_;
   std::vector<std::string> followed_;
 };

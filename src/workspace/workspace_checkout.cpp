@@ -44,26 +44,33 @@ Workspaces::Refusal setup_failed(std::string detail) {
 // removed; ignored ones (target/) stay. A .git a job made is removed either way. HEAD (the
 // checked-out commit, for the next two-way read-tree and the scan's status) is written by the
 // shell: a detached HEAD is the commit id on one line, and this git dir is the runner's own.
-// Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits.
+// Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits. A new
+// workspace with nothing in it yet ("new") needs only the checkout: nothing to refresh, restore
+// or clean. Checkouts of many files write them with one worker per CPU (git's parallel checkout).
 constexpr const char* kCheckoutScript = R"sh(set -u
 commit=$1 tree=$2 mode=$3
 export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
 if [ ! -f /meta/git/HEAD ]; then
   env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
   git config core.bare false || exit 12
-  mode=full
+  mode=new
+  for f in /workspace/* /workspace/.[!.]* /workspace/..?*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then mode=full; break; fi
+  done
 fi
 echo /mirror/objects > /meta/git/objects/info/alternates || exit 12
 got=$(git rev-parse -q --verify "$commit^{tree}") || { echo "the mirror has no commit $commit" >&2; exit 13; }
 [ "$got" = "$tree" ] || { echo "the commit's tree is $got" >&2; exit 11; }
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
-if [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
+if [ "$mode" = new ]; then
+  git -c checkout.workers=0 read-tree --reset -u "$commit" || exit 12
+elif [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
   # git would open (and block on) a FIFO or device named like one of its own files; the checkout
   # replaces the tree anyway.
   find /workspace \( -name .gitignore -o -name .gitattributes -o -name .gitmodules -o -name .mailmap \) \
     \( -type p -o -type s -o -type b -o -type c \) -delete 2>/dev/null
   git update-index -q --refresh >/dev/null 2>&1
-  git read-tree --reset -u "$commit" || exit 12
+  git -c checkout.workers=0 read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
 fi
 echo "$commit" > /meta/git/HEAD || exit 12

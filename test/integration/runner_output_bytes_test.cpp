@@ -1,11 +1,13 @@
 // A job's output reaches the caller byte for byte (issue 20's output path: the base64 of the
 // records, the client's decoding): every byte value, not UTF-8, in chunks of every size the
-// runner reads, live, replayed from the log by `motor attach`, and again after a runner restart.
+// runner reads, live (as JSON records with `--json`, as binary frames without), replayed from the
+// log by `motor attach`, and again after a runner restart.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <string>
 
+#include "protocol/base64.hpp"
 #include "support/runner_harness.hpp"
 
 namespace motor::test {
@@ -36,6 +38,17 @@ TEST(RunnerOutputBytes, EveryByteArrivesExactlyLiveReplayedAndAfterARestart) {
   const auto at = live.out.find("\"job_id\":\"");
   ASSERT_NE(at, std::string::npos) << live.out.substr(0, 400);
   const std::string job = live.out.substr(at + 10, 36);
+  // --json prints the records as sent: JSON with base64 (the client asks for binary frames only
+  // when it writes the bytes themselves).
+  std::string from_json;
+  for (size_t start = 0, end; (end = live.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    const std::string line = live.out.substr(start, end - start);
+    if (json_field(line, "/type") != "output") continue;
+    auto bytes = protocol::base64_decode(json_field(line, "/bytes"));
+    ASSERT_TRUE(bytes) << line.substr(0, 200);
+    from_json += *bytes;
+  }
+  EXPECT_TRUE(from_json == want) << "the JSON records' bytes differ (" << from_json.size() << " bytes)";
   auto plain = runner.client({"run", "-c", kWriter});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(plain.out.size(), want.size());
