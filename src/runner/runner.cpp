@@ -148,6 +148,7 @@ Status Runner::start() {
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = start_workspaces(); !s) return s;
+  if (auto s = start_cache_fills(); !s) return s;
   if (auto s = start_systemd_backend(); !s) return s;  // before recover(): it stops the leftover units
   if (auto s = recover(); !s) return s;
   if (config_.outbound_network) {
@@ -285,6 +286,7 @@ Status Runner::listen() {
 }
 
 void Runner::job_finished(Job& job) {
+  fill_finished(job);
   cpu_claims_.release(job.cpus());
   if (outbound_) outbound_->release(job.id());
   // Refusals were counted by refused().
