@@ -12,6 +12,7 @@
 #include "client/cli_common.hpp"
 #include "client/exec_remote.hpp"
 #include "client/exit_codes.hpp"
+#include "client/fill_tip.hpp"
 #include "client/screen_command.hpp"
 #include "client/stream_follow.hpp"
 #include "client/workspace_sync.hpp"
@@ -59,6 +60,9 @@ std::string run_params(const CliOptions& o) {
   protocol::JsonWriter w;
   w.begin_object().field("workspace_key", o.workspace_key).field("cwd", o.cwd);
   if (!o.repository_root.empty()) w.field("repository_root", o.repository_root);
+  if (!o.fill_tip_commit.empty()) {
+    w.key("fill_tip").begin_object().field("branch", o.fill_tip_branch).field("commit", o.fill_tip_commit).end_object();
+  }
   if (o.shell_command) {
     w.field("command", *o.shell_command);
   } else {
@@ -189,6 +193,16 @@ Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
   if (!prepared || !prepared->prepared) return Error{std::string(kExitCarrier), std::to_string(report_prepare_failure(prepared))};
   out.repository_root = checkout->root;
   if (out.cwd.empty()) out.cwd = checkout->rel_cwd;
+  // A fill tip only for a trusted run whose workspace now holds exactly the tip's tree (the runner
+  // builds it from there); an unverified one costs the run nothing (docs/compile-cache.md). Not
+  // when nothing changed since the last sync: that one reported it, and this run starts no git.
+  if (!o.untrusted && !prepared->unchanged) {
+    auto tip = FillTipVerifier(fill_tip_store_dir()).verify(checkout->root);
+    if (tip && commit_tree(checkout->root, tip->commit) == prepared->tree_hash) {
+      out.fill_tip_branch = tip->branch;
+      out.fill_tip_commit = tip->commit;
+    }
+  }
   return out;
 }
 

@@ -21,6 +21,7 @@ struct CliOptions {
   bool no_sync = false;                      // run: do not prepare the checkout first
   std::string workspace_action;              // workspace: prepare | drop | list
   std::string repository_root;               // run: set once the checkout is prepared
+  std::string fill_tip_branch, fill_tip_commit;  // run: the verified default-branch tip (client/fill_tip.hpp), "" = none
   std::string cwd;
   std::optional<int64_t> timeout_s;
   std::optional<int64_t> cpus;

@@ -19,6 +19,7 @@ struct PrepareOutcome {
   int64_t bundle_bytes = 0;
   std::string tree_hash;
   int64_t fetch_ms = 0, checkout_ms = 0;  // the runner's two steps
+  bool unchanged = false;      // the client's fingerprint vouched for the tree: no git ran (issue 20)
   std::string raw;             // the final reply as received
 };
 

@@ -334,6 +334,7 @@ Expected<PrepareOutcome> prepare_workspace(Connection& conn, const Checkout& che
   if (!first) return first.error();
   if (auto outcome = read_prepare_outcome(parser, first->raw)) {
     remember(*outcome);
+    outcome->unchanged = snap->unchanged;
     return *outcome;
   }
   auto wanted = read_wanted(parser, first->raw);

@@ -64,6 +64,10 @@ struct Config {
   // Shared caches (Cargo registry, git sources, compile cache): host paths every job sees
   // read-only at the same path.
   std::vector<std::string> cache_paths;
+  // Compile-cache fills (docs/compile-cache.md): the build a verified default-branch tip runs as
+  // motor-cache with the caches writable, and whether it gets the outbound network.
+  std::string cache_fill_command = "cargo test --workspace --no-run";
+  bool cache_fill_network = false;
   // Buildbarn's build directory: host_workspace paths resolve beneath it ("" = off).
   std::string bb_build_directory;
   int64_t job_tmp_bytes = int64_t{1} << 30;

@@ -317,6 +317,24 @@ const KeySpec kHostKeys[] = {
        return std::nullopt;
      },
      [](const Config& c) -> std::string { return show_list(c.cache_paths); }},
+    {"cache_fill_command", "", "text", Reload::kRestart, false,
+     "The build a verified default-branch tip runs as motor-cache to fill the caches\n"
+     "(docs/compile-cache.md); cache_fill_network gives it the outbound network.",
+     "The build command of a compile-cache fill (docs/compile-cache.md): run by `/bin/sh -c` as "
+     "`motor-cache` in the repository's checkout of a verified default-branch tip, with the "
+     "shared caches writable and `CARGO_TARGET_DIR` the fill's target, which is published as "
+     "the repository's warm target when it exits 0. Empty turns fills off.",
+     [](Config& c, Value& v) -> std::optional<std::string> {
+       c.cache_fill_command = v.scalar;
+       return std::nullopt;
+     },
+     [](const Config& c) -> std::string { return show_scalar(c.cache_fill_command); }},
+    {"cache_fill_network", "", "boolean", Reload::kRestart, false,
+     "",
+     "Whether a compile-cache fill gets the outbound network (public IPv4 only, the jobs' "
+     "policy; needs `outbound_network = true`). `true` or `false`.",
+     [](Config& c, Value& v) { return to_bool(v.scalar, c.cache_fill_network); },
+     [](const Config& c) -> std::string { return c.cache_fill_network ? "true" : "false"; }},
     {"bb_build_directory", "", "path", Reload::kRestart, false,
      "Buildbarn's build directory (docs/buildbarn.md): root and the runner's account (motor-bb-runner)\n"
      "may run a job on an input root below it (exec.run's host_workspace). \"\" = off.",

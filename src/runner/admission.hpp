@@ -12,7 +12,8 @@
 
 namespace motor::runner {
 
-enum class PriorityClass { kInteractive = 0, kBatch = 1 };
+// kFill: compile-cache fills (runner/cache_fill.hpp), after every caller's job.
+enum class PriorityClass { kInteractive = 0, kBatch = 1, kFill = 2 };
 
 struct QueueEntry {
   std::string job_id;
@@ -28,7 +29,7 @@ class AdmissionQueue {
   explicit AdmissionQueue(size_t max_entries) : max_(max_entries) {}
 
   bool full() const { return size() >= max_; }
-  size_t size() const { return classes_[0].size() + classes_[1].size(); }
+  size_t size() const { return classes_[0].size() + classes_[1].size() + classes_[2].size(); }
   bool empty() const { return size() == 0; }
 
   // Appends to the entry's class; returns its 1-based position in the whole queue.
@@ -49,7 +50,7 @@ class AdmissionQueue {
 
  private:
   size_t max_;
-  std::deque<QueueEntry> classes_[2];
+  std::deque<QueueEntry> classes_[3];
 };
 
 }  // namespace motor::runner

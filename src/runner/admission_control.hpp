@@ -17,6 +17,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/host_workspace.hpp"
 #include "runner/admission.hpp"
+#include "runner/cache_fill_start.hpp"
 
 namespace motor::runner {
 
@@ -31,6 +32,7 @@ struct PendingStart {
   // params.env through the allow list once, at accept: `accepted` names what it held back, and
   // the job gets exactly what that said even if a reload changed the list while it queued.
   std::vector<std::pair<std::string, std::string>> forwarded_env;
+  std::optional<FillStart> fill;  // a compile-cache fill job (runner/cache_fill.hpp), not a caller's
 };
 
 class AdmissionHost {

@@ -44,6 +44,10 @@ void Runner::start_admitted(const std::string& job_id, PendingStart pending) {
   Job* job = jobs_.find(job_id);
   if (!job) return;
   job->mark_start_step(StartSteps::kAdmitted);
+  if (pending.fill) {  // a compile-cache fill: its own directory, as motor-cache (cache_fill_jobs.cpp)
+    start_fill_job(*job, pending);
+    return update_status();
+  }
   const protocol::RunParams& p = pending.params;
   const std::string& rel = pending.rel_cwd;
   reactor::SlowCall timed("starting a job");
@@ -77,10 +81,13 @@ void Runner::start_admitted(const std::string& job_id, PendingStart pending) {
 void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::string& workspace_dir) {
   const protocol::RunParams& p = pending.params;
   sandbox::SandboxConfig box;
-  if (auto refusal = job_sandbox_policy(config_, JobIdentity{job_account_, job_group_name_, init_path_}, job.caller(),
-                                        workspace_dir, p, box)) {
+  const sandbox::Account& account = pending.fill ? cache_account_ : job_account_;
+  if (auto refusal = job_sandbox_policy(config_, JobIdentity{account, pending.fill ? cache_group_name_ : job_group_name_,
+                                                             init_path_},
+                                        job.caller(), workspace_dir, p, box)) {
     return refuse_queued(job, refusal->reason, refusal->detail);
   }
+  if (pending.fill) fill_sandbox(*pending.fill, box);
   const auto& host = pending.host_workspace;
   if (auto s = host ? use_host_tmp(box, config_.bb_build_directory, *host) : Status{}; !s) {
     return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, s.error().message);
@@ -95,10 +102,10 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   launch.command.executable = sandbox::kSandboxInitPath;
   launch.command.argv = linux_init_argv(p, box);
   launch.command.env =
-      host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, job_account_.name, pending.forwarded_env);
+      host ? hermetic_env(p.env) : config::job_env(kWorkspaceInJob, account.name, pending.forwarded_env);
   launch.command.cwd =
       pending.rel_cwd.empty() ? std::string(kWorkspaceInJob) : std::string(kWorkspaceInJob) + "/" + pending.rel_cwd;
-  launch.command.account = &job_account_;
+  launch.command.account = &account;
   launch.summary = job.summary();
   launch.timeout_s = pending.timeout_s;
   launch.memory_bytes = pending.memory_bytes;
@@ -108,7 +115,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   launch.platform = p.platform;
   const std::string job_id = job.id();
   // An outbound job needs the egress namespace's fd in its sandbox, which a unit cannot be given.
-  if (systemd_units_ && !box.network) return start_unit_job(job, launch, box);
+  if (systemd_units_ && !box.network && !pending.fill) return start_unit_job(job, launch, box);
   if (auto s = job.start(launch, *cgroups_, box, job_starter_); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     // Job::start recorded the claim first thing: job_finished frees it, exactly once.

@@ -87,8 +87,14 @@ void Runner::handle_run(Session& session, const protocol::Request& r) {
   auto pending = check_run(session, r, std::move(*params), &priority);
   if (!pending) return;  // answered
   pending->host_workspace = std::move(*host);
+  auto tip = parse_fill_tip(parser_, r.params_json);
+  if (!tip) return session.send(protocol::encode_error(r.id, tip.error().code, tip.error().message));
   if (refused_at_the_door(session, r, pending->params)) return;
+  // A verified default-branch tip may start its repository's cache fill, queued behind this job.
+  const std::string caller = session.caller();
+  const protocol::RunParams fill_from = *tip ? pending->params : protocol::RunParams{};
   accept_job(session, r.id, std::move(*pending), priority);
+  if (*tip) maybe_start_fill(caller, fill_from, **tip);
 }
 
 std::optional<PendingStart> Runner::check_run(Session& session, const protocol::Request& r, protocol::RunParams p,
@@ -126,7 +132,7 @@ std::optional<PendingStart> Runner::check_run(Session& session, const protocol::
     return bad(fmt::format("cpus {} is more than this host's {} CPUs", cpus, cpu_claims_.cpu_count()));
   }
   *priority = p.priority == protocol::Priority::kInteractive ? PriorityClass::kInteractive : PriorityClass::kBatch;
-  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus, std::nullopt, {}};
+  return PendingStart{std::move(p), std::move(*rel), timeout_s, memory, cpus, std::nullopt, {}, std::nullopt};
 }
 
 bool Runner::refused_at_the_door(Session& session, const protocol::Request& r, const protocol::RunParams& p) {

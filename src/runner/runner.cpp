@@ -142,12 +142,12 @@ Status Runner::start() {
   cgroups_ = std::move(*cgroups);
 
   // Job memory caps are reserved against the host's memory less the operator's reserve.
-  // Job memory caps are reserved against the host's memory less the operator's reserve.
   memory_budget_ = std::max<int64_t>(0, host_memory_bytes() - config_.memory_reserve_bytes);
   metrics_.set_cpus_total(static_cast<double>(cpu_claims_.cpu_count()));
   metrics_.set_start_time_seconds(static_cast<double>(std::time(nullptr)));
 
   if (auto s = start_workspaces(); !s) return s;
+  if (auto s = start_cache_fills(); !s) return s;
   return start_systemd_backend();  // then start_rest(): before recover(), it stops the leftover units
 }
 
@@ -291,6 +291,7 @@ Status Runner::listen() {
 }
 
 void Runner::job_finished(Job& job) {
+  fill_finished(job);
   cpu_claims_.release(job.cpus());
   if (outbound_) outbound_->release(job.id());
   // Refusals were counted by refused().

@@ -19,6 +19,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
+#include "runner/cache_fill.hpp"
 #include "config/config.hpp"
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
@@ -178,6 +179,16 @@ class Runner : public JobHost, private AdmissionHost {
   Status start_systemd_backend();
   void systemd_backend_started(Expected<std::vector<std::string>> leftovers);
   void start_unit_job(Job& job, const JobLaunch& launch, const sandbox::SandboxConfig& box);
+  // Compile-cache fills (cache_fill_jobs.cpp, docs/compile-cache.md): a verified tip starts one.
+  void maybe_start_fill(const std::string& caller, const protocol::RunParams& params, const FillTip& tip);
+  void start_fill_job(Job& job, const PendingStart& pending);
+  void fill_finished(Job& job);
+  void fill_sandbox(const FillStart& fill, sandbox::SandboxConfig& box) const;
+  Status start_cache_fills();
+  CacheFills cache_fills_{""};
+  sandbox::Account cache_account_;  // motor-cache: fills run as it
+  std::string cache_group_name_;
+  std::string rustc_version_;  // `rustc --version` as the runner found it at start ("" = none)
   // Ends a job that never started as refused (metrics counted).
   void refuse_queued(Job& job, protocol::RefusalReason reason, const std::string& detail,
                      std::optional<int64_t> retry_after_ms = std::nullopt);

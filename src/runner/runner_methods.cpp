@@ -1,6 +1,8 @@
 // The protocol's methods (docs/protocol.md): the table the server dispatches on, and the handlers
 // of exec.cancel/attach/status/list and runner.*. exec.run is in run_request.cpp, workspace.* in
 // workspace_requests.cpp.
+#include <chrono>
+
 #include "motor/version.hpp"
 #include "runner/bridge_account.hpp"
 #include "base/log.hpp"
@@ -130,9 +132,13 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
     w.field("cpus", job->cpus().list()).end_object();
   }
   w.end_array();
-  // exec-remote/v1 requires both: `repositories` stays empty until the compile cache (issue 21)
-  // fills it; `rustc_version` is the toolchain's `rustc --version`, "" while the runner has none.
-  w.field("server_reachable", true).key("repositories").begin_array().end_array().field("rustc_version", "");
+  // exec-remote/v1 requires both: `repositories` are the caller's compile-cache fills
+  // (docs/compile-cache.md); `rustc_version` is the toolchain's `rustc --version`, "" without one.
+  w.field("server_reachable", true);
+  cache_fills_.write_repositories(w, session.caller(),
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count());
+  w.field("rustc_version", rustc_version_);
   w.end_object();
   session.send(protocol::encode_result(r.id, w.str()));
 }

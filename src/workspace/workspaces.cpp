@@ -191,6 +191,11 @@ std::optional<PreparedTree> Workspaces::prepared(const std::string& caller, cons
   return it->second.tree;
 }
 
+std::string Workspaces::prepared_mirror(const std::string& caller, const std::string& key) const {
+  auto it = records_.find(id_key(caller, key));
+  return it == records_.end() ? std::string() : it->second.mirror;
+}
+
 std::string Workspaces::unscreened_reason(const std::string& caller, const std::string& key) const {
   auto it = records_.find(id_key(caller, key));
   if (it == records_.end()) return "the workspace was never prepared, so its change was not screened (prepare it with --untrusted)";

@@ -121,6 +121,8 @@ class Workspaces {
   // The prepared tree of a workspace, for other kinds of jobs (a VM job builds its transfer
   // disk from it): nullopt if the workspace was never prepared.
   std::optional<PreparedTree> prepared(const std::string& caller, const std::string& key) const;
+  // The mirror holding that tree's commit ("" if never prepared): a compile-cache fill reads it.
+  std::string prepared_mirror(const std::string& caller, const std::string& key) const;
   // Why a job of an untrusted run may not use this workspace ("" when its contents passed the
   // change screen: docs/change-screen.md).
   std::string unscreened_reason(const std::string& caller, const std::string& key) const;

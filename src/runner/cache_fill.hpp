@@ -1,0 +1,79 @@
+// The compile-cache fills of each repository (docs/compile-cache.md): which verified tip a caller
+// reported, whether its fill job runs, and the warm target it published. At most one fill per
+// repository runs (later tips wait for its end: coalesced); a tip already published, or the one
+// whose fill last failed, starts nothing. A fill builds in `fills/<hash>/` (its /workspace, kept
+// between fills so the next one is incremental) and leaves a copy of its target in
+// `fills/<hash>/published.new`; the runner publishes that by renaming it to
+// `targets/<hash>.<commit>` and replacing the symlink `targets/<hash>` (one rename each), with a
+// record beside it, read again at start. Everything is under `<state_dir>/cache`.
+#pragma once
+
+#include <simdjson.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "motor/expected.hpp"
+#include "protocol/json_writer.hpp"
+
+namespace motor::runner {
+
+// exec.run's (ext) `fill_tip` {"branch", "commit"}: the default-branch tip the caller verified
+// against its origin (client/fill_tip.hpp); exec-remote/v1 callers never send it.
+struct FillTip {
+  std::string branch;
+  std::string commit;  // 40 or 64 lowercase hex digits
+};
+// Absent or null: nullopt; malformed: a bad_request naming the field.
+Expected<std::optional<FillTip>> parse_fill_tip(simdjson::dom::parser& parser, std::string_view params_json);
+
+enum class FillResult { kBuilding, kOk, kFailed };
+
+struct RepositoryFill {
+  std::string caller, repository_root;
+  std::optional<FillResult> last;  // null before any rebuild
+  std::string building_job;        // the running fill's job id ("" = none)
+  std::string building_commit;
+  std::string published_commit;    // "" = nothing published yet
+  int64_t published_at_ms = 0;
+  std::string failed_commit;       // the tip whose fill failed last: not tried again
+};
+
+class CacheFills {
+ public:
+  explicit CacheFills(std::string cache_root) : root_(std::move(cache_root)) {}
+
+  // Makes the directories (root-owned, 0700) and reads the published records back.
+  Status open();
+
+  bool wants(const std::string& caller, const std::string& repository_root, const std::string& commit) const;
+  void started(const std::string& caller, const std::string& repository_root, const std::string& commit,
+               const std::string& job_id);
+  // The fill job ended. On success its copy of the target is published; an error says why not
+  // (the fill then counts as failed). Returns the replaced target directory to remove, if any.
+  Expected<std::string> finished(const std::string& job_id, bool succeeded, int64_t now_ms);
+  bool is_fill(const std::string& job_id) const;
+  const RepositoryFill* of_job(const std::string& job_id) const;
+
+  // The fill's /workspace, made for `uid`:`gid` (0700) on first use.
+  Expected<std::string> fill_dir(const std::string& caller, const std::string& repository_root, uid_t uid, gid_t gid) const;
+  // The published warm target (a symlink to the newest), whether or not it exists.
+  std::string target_link(const std::string& caller, const std::string& repository_root) const;
+
+  // exec.status's `repositories`: the caller's repositories with a fill tip.
+  void write_repositories(protocol::JsonWriter& w, const std::string& caller, int64_t now_ms) const;
+
+ private:
+  std::string name_of(const std::string& caller, const std::string& repository_root) const;
+  Status publish(RepositoryFill& fill, int64_t now_ms, std::string& replaced);
+
+  std::string root_;
+  std::map<std::string, RepositoryFill> repos_;  // by name_of()
+};
+
+}  // namespace motor::runner

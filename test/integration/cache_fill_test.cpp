@@ -1,0 +1,130 @@
+// Compile-cache fills through a real runner and the real `motor` (docs/compile-cache.md): a run
+// from a checkout whose default-branch tip its origin (a local bare repository over file://)
+// confirms starts one fill job as motor-cache, shown in exec.status as `base:<root>` while it
+// builds, then `ok` with the published commit; an unverified tip runs and prepares with no fill.
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/runner_harness.hpp"
+#include "support/shell.hpp"
+
+namespace motor::test {
+namespace {
+
+uid_t uid_of(const char* name) {
+  const passwd* pw = getpwnam(name);
+  return pw ? pw->pw_uid : 0;
+}
+
+class CacheFill : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
+    MOTOR_REQUIRE(uid_of("motor-cache") != 0 && uid_of("motor-job") != 0, "scripts/setup creates motor-cache and motor-job");
+    base_ = make_temp_dir();
+    shared_ = base_ + "/shared-cache";
+    sh(base_, "mkdir shared-cache && chown motor-cache: shared-cache && echo kept > shared-cache/entry && "
+              "chown motor-cache: shared-cache/entry && " + git_init_script("seed") +
+              " && git checkout -qb main && echo 'all:' > Makefile && git add Makefile && git commit -qm a"
+              " && cd .. && git clone -q --bare seed origin.git && git clone -q file://$PWD/origin.git clone"
+              " && git -C clone config user.name t && git -C clone config user.email t@t");
+    clone_ = base_ + "/clone";
+    env_ = {"XDG_CACHE_HOME=" + base_ + "/client-cache"};
+  }
+  void TearDown() override {
+    runner_.reset();
+    remove_tree(base_);
+  }
+  void start_runner(const std::string& fill_command) {
+    runner_ = std::make_unique<RunnerProcess>("cache_paths = " + shared_ + "\ncache_fill_command = " + fill_command + "\n");
+    ASSERT_TRUE(runner_->start()) << runner_->log();
+  }
+  CommandResult run_in_clone(const std::string& command) {
+    return runner_->client_in(clone_, {"run", "-c", command}, env_);
+  }
+  std::string status() {
+    RawClient c(runner_->socket());
+    return call_method(c, 1, "exec.status", "{}");
+  }
+  // Polls exec.status until the first repository's last_rebuild_result is not "building"; notes
+  // whether the fill was seen running as `base:<root>`.
+  std::string wait_for_fill_end(bool* seen_running) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::string s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      s = status();
+      if (json_field(s, "/result/running_jobs/0/workspace_key") == "base:" + clone_) *seen_running = true;
+      const auto result = json_field(s, "/result/repositories/0/last_rebuild_result");
+      if (result != "building") return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return s;
+  }
+  std::string main_commit() {
+    auto out = sh(clone_, "git rev-parse main");
+    return out.substr(0, out.find('\n'));
+  }
+
+  std::string base_, shared_, clone_;
+  std::vector<std::string> env_;
+  std::unique_ptr<RunnerProcess> runner_;
+};
+
+TEST_F(CacheFill, a_verified_tip_fills_as_motor_cache_and_publishes_its_target) {
+  start_runner("sleep 1; id -u > $CARGO_TARGET_DIR/uid; id -u > " + shared_ + "/written-by-fill");
+  auto r = run_in_clone("id -u");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::to_string(uid_of("motor-job")) + "\n");  // the caller's job: never motor-cache
+  const std::string first = status();
+  EXPECT_EQ(json_field(first, "/result/repositories/0/repository_root"), clone_) << first;
+  EXPECT_EQ(json_field(first, "/result/repositories/0/last_rebuild_result"), "building") << first;
+  EXPECT_EQ(json_field(first, "/result/repositories/0/published_commit"), "null") << first;
+  bool seen_running = false;
+  const std::string end = wait_for_fill_end(&seen_running);
+  EXPECT_TRUE(seen_running) << "the fill never showed in running_jobs as base:" << clone_;
+  ASSERT_EQ(json_field(end, "/result/repositories/0/last_rebuild_result"), "ok") << end << runner_->log();
+  EXPECT_EQ(json_field(end, "/result/repositories/0/published_commit"), main_commit());
+  EXPECT_NE(json_field(end, "/result/repositories/0/warm_target_age_s"), "null");
+  // Its target is published, and its writes reached the shared cache: both as motor-cache.
+  const auto published = glob_paths(runner_->state_dir() + "/cache/targets/*.*/uid");
+  ASSERT_EQ(published.size(), 1u);
+  EXPECT_EQ(read_file(published[0]), std::to_string(uid_of("motor-cache")) + "\n");
+  EXPECT_EQ(read_file(shared_ + "/written-by-fill"), std::to_string(uid_of("motor-cache")) + "\n");
+  // The same tip again starts no second fill.
+  ASSERT_EQ(run_in_clone("true").exit_code, 0);
+  EXPECT_EQ(json_field(status(), "/result/repositories/0/last_rebuild_result"), "ok");
+  EXPECT_EQ(glob_paths(runner_->state_dir() + "/cache/targets/*.record").size(), 1u);
+}
+
+TEST_F(CacheFill, a_failed_fill_is_reported_failed_and_publishes_nothing) {
+  start_runner("exit 3");
+  ASSERT_EQ(run_in_clone("true").exit_code, 0);
+  bool seen_running = false;
+  const std::string end = wait_for_fill_end(&seen_running);
+  EXPECT_EQ(json_field(end, "/result/repositories/0/last_rebuild_result"), "failed") << end;
+  EXPECT_EQ(json_field(end, "/result/repositories/0/published_commit"), "null");
+  EXPECT_TRUE(glob_paths(runner_->state_dir() + "/cache/targets/*").empty());
+}
+
+TEST_F(CacheFill, current_client_unverified_default_tip_runs_and_prepares_without_fills) {
+  start_runner("id -u > " + shared_ + "/written-by-fill");
+  sh(clone_, "echo b > b && git add b && git commit -qm 'not pushed'");  // local main ahead of origin's
+  auto r = run_in_clone("cat b");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "b\n");  // prepared and ran
+  EXPECT_NE(r.err.find("no compile-cache fill"), std::string::npos) << r.err;
+  const std::string s = status();
+  EXPECT_EQ(json_field(s, "/result/repositories"), "[]") << s;
+  struct stat st {};
+  EXPECT_NE(stat((shared_ + "/written-by-fill").c_str(), &st), 0);
+}
+
+}  // namespace
+}  // namespace motor::test
