@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,8 +16,16 @@
 
 namespace motor::bench {
 
-// Microseconds, or -1 if the runner did not answer.
-inline double worst_stall_of_burst(const std::string& socket) {
+// The worst iteration of one burst, in microseconds: its wall time (runner.status
+// loop_worst_stall_us) and, apart, the most CPU time one iteration used (loop_worst_cpu_us: what
+// the runner computed, without the time a loaded host kept it waiting for a CPU). -1 if the
+// runner did not answer.
+struct BurstStall {
+  double wall_us = -1;
+  double cpu_us = -1;
+};
+
+inline BurstStall stall_of_burst(const std::string& socket) {
   using test::json_field;
   using test::RawClient;
   {
@@ -39,7 +48,26 @@ inline double worst_stall_of_burst(const std::string& socket) {
   RawClient status(socket);
   status.send_frame(R"({"id":2,"method":"runner.status","params":{}})");
   auto reply = status.read_frame();
-  return reply ? std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()) : -1;
+  if (!reply) return {};
+  return {std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()),
+          std::atof(json_field(*reply, "/result/loop_worst_cpu_us").c_str())};
 }
+
+// Prints how many calls the runner logged as stalling its loop (reactor::SlowCall, >= 5 ms) in
+// `log`, and the first few of them.
+inline void print_slow_calls(const std::string& log, std::string_view which) {
+  size_t slow = 0, at = 0;
+  std::string examples;
+  while ((at = log.find("stalled the loop", at)) != std::string::npos) {
+    const size_t begin = log.rfind('\n', at) + 1;
+    const size_t end = log.find('\n', at);
+    if (++slow <= 8) examples += "    " + log.substr(begin, end - begin) + "\n";
+    at = end;
+  }
+  fmt::print("calls the runner ({}) logged as stalling its loop (>= 5 ms): {}\n{}", which, slow, examples);
+}
+
+// The wall figure alone (motor_bench_start).
+inline double worst_stall_of_burst(const std::string& socket) { return stall_of_burst(socket).wall_us; }
 
 }  // namespace motor::bench

@@ -101,16 +101,7 @@ int main(int argc, char** argv) {
              *std::max_element(stalls.begin(), stalls.end()));
   fmt::print("  ratio worst stall / one job's median start latency: {:.2f}\n", stall_median / motor_median);
   // What the runner itself measured as slow on its loop (SlowCall), for the report.
-  const std::string log = runner.log();
-  size_t slow = 0, at = 0;
-  std::string examples;
-  while ((at = log.find("stalled the loop", at)) != std::string::npos) {
-    const size_t begin = log.rfind('\n', at) + 1;
-    const size_t end = log.find('\n', at);
-    if (++slow <= 8) examples += "    " + log.substr(begin, end - begin) + "\n";
-    at = end;
-  }
-  fmt::print("calls the runner logged as stalling its loop (>= 5 ms): {}\n{}", slow, examples);
+  motor::bench::print_slow_calls(runner.log(), "one runner");
   runner.stop();
   return 0;
 }

@@ -1,6 +1,8 @@
 // Measures how long each loop iteration spent running callbacks rather than waiting in the
 // kernel: the loop's stall, the time every other client waited. Uses libuv's idle-time metric,
-// so I/O callbacks run inside the poll phase are counted too.
+// so I/O callbacks run inside the poll phase are counted too. Beside that wall time, the
+// thread's CPU time per iteration: what the loop itself computed, without the time a loaded
+// host kept it off the CPU (which the wall figure includes).
 #pragma once
 
 #include <uv.h>
@@ -16,15 +18,26 @@ class StallMeter {
   // Call before the loop first runs (libuv's idle-time metric must be enabled up front).
   explicit StallMeter(uv_loop_t* loop);
   uint64_t worst_us() const { return worst_ns_ / 1000; }
-  // Resets the worst figure (the benchmark measures one phase at a time).
-  void reset() { worst_ns_ = 0; }
+  // The most CPU time one iteration used (0 where the thread's CPU clock cannot be read).
+  uint64_t worst_cpu_us() const { return worst_cpu_ns_ / 1000; }
+  // Resets the worst figures (the benchmark measures one phase at a time). The iteration that
+  // calls it is not counted: what ran before the reset in it belongs to the phase before.
+  void reset() {
+    worst_ns_ = 0;
+    worst_cpu_ns_ = 0;
+    last_ns_ = 0;
+  }
 
  private:
+  void on_prepare();
+
   UvHandle<uv_prepare_t> prepare_;  // runs once per iteration, right before polling
   uv_loop_t* loop_;
   uint64_t last_ns_ = 0;
   uint64_t last_idle_ns_ = 0;
+  uint64_t last_cpu_ns_ = 0;
   uint64_t worst_ns_ = 0;
+  uint64_t worst_cpu_ns_ = 0;
 };
 
 }  // namespace motor::reactor

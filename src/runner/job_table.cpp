@@ -21,7 +21,12 @@ Job& JobTable::add(std::unique_ptr<Job> job) {
 
 void JobTable::prune_unfinished() const {
   for (auto it = unfinished_.begin(); it != unfinished_.end();) {
-    it = it->second->state() == Job::State::kFinished ? unfinished_.erase(it) : std::next(it);
+    if (it->second->state() != Job::State::kFinished) {
+      ++it;
+      continue;
+    }
+    by_end_.emplace(it->second->finished_at_ms(), it->first);
+    it = unfinished_.erase(it);
   }
 }
 
@@ -50,12 +55,30 @@ double JobTable::cpus_claimed() const {
   return claimed;
 }
 
-bool JobTable::running_in(const std::string& caller, const std::string& workspace_key) const {
+bool JobTable::running_in(const std::string& caller, const std::string& workspace_key, const Job* except) const {
   prune_unfinished();
   return std::any_of(unfinished_.begin(), unfinished_.end(), [&](const auto& entry) {
     const Job& job = *entry.second;
-    return job.state() == Job::State::kRunning && job.caller() == caller && job.workspace_key() == workspace_key;
+    return &job != except && job.state() == Job::State::kRunning && job.caller() == caller &&
+           job.workspace_key() == workspace_key;
   });
+}
+
+std::vector<Job*> JobTable::running_jobs() const {
+  prune_unfinished();
+  std::vector<Job*> running;
+  for (const auto& [id, job] : unfinished_) {
+    if (job->state() == Job::State::kRunning) running.push_back(job);
+  }
+  return running;
+}
+
+void JobTable::sweep_ended(int64_t ended_by_ms, const std::function<bool(Job&)>& expire) {
+  prune_unfinished();
+  for (auto it = by_end_.begin(); it != by_end_.end() && it->first <= ended_by_ms;) {
+    Job* job = find(it->second);
+    it = !job || expire(*job) ? by_end_.erase(it) : std::next(it);
+  }
 }
 
 std::vector<const Job*> JobTable::newest(const std::function<bool(const Job&)>& visible, size_t limit,
@@ -77,6 +100,7 @@ void JobTable::evict_finished(size_t keep, const std::function<void(const std::s
     if (it->second->state() == Job::State::kFinished && !it->second->has_followers()) {
       dropped(it->first);
       unfinished_.erase(it->first);
+      by_end_.erase({it->second->finished_at_ms(), it->first});
       unsaved_.erase(it->first);
       removed_.push_back(it->first);
       it = jobs_.erase(it);

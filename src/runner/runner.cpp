@@ -309,15 +309,17 @@ void Runner::remove_history(const std::string& job_id) {
   remove_job_dir(job_dir(job_id));
 }
 
+// Visits only the jobs past their age (the table's index by end), not the thousands kept.
 void Runner::expire_histories() {
   const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
-  for (const auto& [id, job] : jobs_.all()) {
-    if (job->state() != Job::State::kFinished) continue;
-    if (now - job->finished_at_ms() < config_.job_log_max_age_s * 1000) continue;
+  jobs_.sweep_ended(now - config_.job_log_max_age_s * 1000, [this](Job& job) {
     struct stat st {};
-    if (stat(job_dir(id).c_str(), &st) == 0 && job->expire_history()) remove_history(id);
-  }
+    if (stat(job_dir(job.id()).c_str(), &st) != 0) return true;  // no history left to delete
+    if (!job.expire_history()) return false;  // followed right now: the next sweep tries again
+    remove_history(job.id());
+    return true;
+  });
 }
 
 void Runner::evict_finished() {
@@ -338,12 +340,44 @@ void Runner::update_status() {
   metrics_.set_draining(draining_);
 }
 
+namespace {
+
+// One write of the metrics file, made on libuv's pool: the text is taken on the loop.
+struct MetricsWrite {
+  uv_work_t req{};
+  std::string path, text;
+  Status result;
+  std::shared_ptr<bool> writing;
+};
+
+}  // namespace
+
 void Runner::write_metrics() {
+  if (*metrics_writing_) return;  // a disk this slow gets the next tick's figures instead
   metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);
-  reactor::SlowCall timed("writing the metrics file");
-  if (auto s = write_textfile(config_.metrics_file, metrics_.exposition()); !s) {
-    log_warning("writing metrics to {}: {}", config_.metrics_file, s.error().message);
+  auto write = std::make_unique<MetricsWrite>();
+  write->path = config_.metrics_file;
+  write->text = metrics_.exposition();
+  write->writing = metrics_writing_;
+  write->req.data = write.get();
+  const int rc = uv_queue_work(
+      loop_, &write->req,
+      [](uv_work_t* req) {
+        auto* w = static_cast<MetricsWrite*>(req->data);
+        w->result = write_textfile(w->path, w->text);
+      },
+      [](uv_work_t* req, int status) {
+        std::unique_ptr<MetricsWrite> w(static_cast<MetricsWrite*>(req->data));
+        *w->writing = false;
+        if (status != 0) return;  // cancelled: the loop is ending
+        if (!w->result) log_warning("writing metrics to {}: {}", w->path, w->result.error().message);
+      });
+  if (rc != 0) {
+    log_warning("writing metrics to {}: uv_queue_work: {}", config_.metrics_file, uv_strerror(rc));
+    return;
   }
+  *metrics_writing_ = true;
+  (void)write.release();  // the after-work callback owns it now
 }
 
 void Runner::begin_shutdown(int signum) {
@@ -382,11 +416,7 @@ void Runner::begin_shutdown(int signum) {
 }
 
 void Runner::kill_for_shutdown() {
-  std::vector<Job*> running;
-  for (const auto& [id, job] : jobs_.all()) {
-    if (job->state() == Job::State::kRunning) running.push_back(job.get());
-  }
-  for (Job* job : running) job->kill_for_shutdown();
+  for (Job* job : jobs_.running_jobs()) job->kill_for_shutdown();
 }
 
 void Runner::maybe_exit() {

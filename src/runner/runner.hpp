@@ -246,6 +246,9 @@ class Runner : public JobHost, private AdmissionHost {
   int64_t memory_budget_ = 0;  // host memory minus the reserve
   Metrics metrics_;
   reactor::UvHandle<uv_timer_t> metrics_timer_;
+  // A metrics file write is on libuv's pool (its fsyncs never stall the loop); a tick that finds
+  // the last one still being written skips its turn. Shared with the write, which may outlive us.
+  std::shared_ptr<bool> metrics_writing_ = std::make_shared<bool>(false);
   reactor::UvHandle<uv_timer_t> history_timer_;
   void expire_histories();
   std::vector<StateWriter::Waiter> after_save_;

@@ -125,10 +125,9 @@ void Runner::handle_status(Session& session, const protocol::Request& r) {
   }
   w.begin_object().field("queue_depth", static_cast<uint64_t>(admission_.size()));
   w.key("running_jobs").begin_array();
-  for (const auto& [id, job] : jobs_.all()) {
-    if (job->state() != Job::State::kRunning) continue;
+  for (const Job* job : jobs_.running_jobs()) {
     if (!owns(session, *job)) continue;
-    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
+    w.begin_object().field("job_id", job->id()).field("workspace_key", job->workspace_key()).field("weight", 1);
     w.field("cpus", job->cpus().list()).end_object();
   }
   w.end_array();
@@ -205,11 +204,10 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   w.field("queue_depth", static_cast<uint64_t>(admission_.size()));
   w.key("running_jobs").begin_array();
   double claimed = 0;
-  for (const auto& [id, job] : jobs_.all()) {
-    if (job->state() != Job::State::kRunning) continue;
+  for (const Job* job : jobs_.running_jobs()) {
     claimed += static_cast<double>(job->cpus().cpus.size());
     if (!owns(session, *job)) continue;  // others' jobs: only counted
-    w.begin_object().field("job_id", id).field("workspace_key", job->workspace_key()).field("weight", 1);
+    w.begin_object().field("job_id", job->id()).field("workspace_key", job->workspace_key()).field("weight", 1);
     w.field("cpus", job->cpus().list()).field("cpus_shared", job->cpus().overlapping);
     w.field("memory_bytes", job->memory_bytes()).end_object();
   }
@@ -221,7 +219,7 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   w.field("memory_free_bytes", memory_budget_ - jobs_.memory_reserved());
   w.field("disk_free_bytes", free_disk_bytes()).field("disk_free_floor_bytes", config_.disk_free_floor_bytes);
   w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
-  w.field("loop_worst_stall_us", stall_.worst_us());
+  w.field("loop_worst_stall_us", stall_.worst_us()).field("loop_worst_cpu_us", stall_.worst_cpu_us());
   w.field("client_buffered_bytes", buffered_bytes_).field("client_buffered_peak_bytes", buffered_peak_bytes_);
   if (*with_metrics) {
     metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);

@@ -169,11 +169,7 @@ std::string Runner::helper_cgroup_prefix() { return fmt::format("ws-helper-{}-",
 // Another job of the same workspace still running could write during the scan: then no baseline
 // is used or kept (docs/workspaces.md).
 void Runner::scan_workspace(Job& job) {
-  const bool others_running = std::any_of(jobs_.all().begin(), jobs_.all().end(), [&job](const auto& entry) {
-    const Job& other = *entry.second;
-    return &other != &job && other.state() == Job::State::kRunning && other.caller() == job.caller() &&
-           other.workspace_key() == job.workspace_key();
-  });
+  const bool others_running = jobs_.running_in(job.caller(), job.workspace_key(), &job);
   workspaces_->scan(job.caller(), job.workspace_key(), job.memory_bytes(), [this, id = job.id()](workspace::Workspaces::JobReport report) {
     if (Job* scanned = jobs_.find(id)) scanned->set_workspace_report(std::move(report.tree_hash), report.bundle_bytes, std::move(report.fields));
   }, others_running);

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "base/job_id.hpp"
 #include "protocol/base64.hpp"
 #include "support/runner_harness.hpp"
 #include "support/state_text.hpp"
@@ -320,6 +321,59 @@ TEST_F(RunnerAttach, HistoryOlderThanItsAgeAnswersHistoryExpired) {
   auto r = aging.client({"attach", job, "--json"});
   EXPECT_NE(r.out.find("\"history_expired\""), std::string::npos) << r.out;
   EXPECT_EQ(json_field(aging.client({"status", job, "--json"}).out, "/result/state"), "finished");  // the record stays
+}
+
+// The sweep of old histories in a table of 10,000 finished jobs (seeded as an upgraded host's
+// state.json): exactly the 5,000 that ended before the age limit lose their history, the 5,000
+// newer ones keep theirs, and every record stays. The sweep visits jobs by their end (the
+// table's index), so it runs at once at start, as before.
+TEST_F(RunnerAttach, TheHistorySweepDeletesExactlyTheHistoriesPastTheirAgeAmongTenThousandJobs) {
+  RawClient c(runner_->socket());
+  ASSERT_TRUE(c.send_frame(run_frame(1, "true", false)));
+  const std::string terminal = read_stream(c).terminal;
+  ASSERT_EQ(json_field(terminal, "/type"), "terminal") << terminal;
+  const std::string model_id = json_field(terminal, "/job_id");
+  RunnerProcess seeded("job_log_max_age_s = 3600\nfinished_jobs_kept = 20000\n");
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  std::set<std::string> old_ids, new_ids;
+  std::string text = R"({"version":1,"draining":false,"jobs":[)";
+  ASSERT_EQ(mkdir(seeded.state_dir().c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((seeded.state_dir() + "/jobs").c_str(), 0700), 0);
+  for (int i = 0; i < 10000; ++i) {
+    auto id = motor::new_job_id();
+    ASSERT_TRUE(id);
+    const bool old = i % 2 == 0;  // interleaved by id: the ids' order says nothing of the end
+    (old ? old_ids : new_ids).insert(*id);
+    std::string t = terminal;
+    t.replace(t.find(model_id), model_id.size(), *id);
+    if (i) text.push_back(',');
+    // A restored job's end is its creation time (job.cpp): two hours ago, or now.
+    const int64_t created = old ? now_ms - 2 * 3600 * 1000 : now_ms;
+    text += fmt::format(R"({{"job_id":"{}","caller":"root","workspace_key":"default","summary":"true","state":"finished",)"
+                        R"("cgroup":"","created_at_ms":{},"started_at_ms":{},"terminal":{}}})",
+                        *id, created, created, t);
+    const std::string dir = seeded.state_dir() + "/jobs/" + *id;
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    write_file(dir + "/log.0", "");
+  }
+  write_file(seeded.state_dir() + "/state.json", text + "]}\n");
+  ASSERT_TRUE(seeded.start());
+  auto history_left = [&](const std::set<std::string>& ids) {
+    size_t n = 0;
+    for (const auto& id : ids) n += access((seeded.state_dir() + "/jobs/" + id).c_str(), F_OK) == 0;
+    return n;
+  };
+  for (int i = 0; i < 600 && history_left(old_ids) > 0; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(history_left(old_ids), 0u);
+  EXPECT_EQ(history_left(new_ids), new_ids.size());
+  RawClient status(seeded.socket());
+  EXPECT_EQ(json_field(call_method(status, 1, "runner.status", "{}"), "/result/jobs_known"), "10000");
+  const std::string an_old = *old_ids.begin();
+  auto attached = seeded.client({"attach", an_old, "--json"});
+  EXPECT_NE(attached.out.find("\"history_expired\""), std::string::npos) << attached.out;
+  EXPECT_EQ(json_field(seeded.client({"status", an_old, "--json"}).out, "/result/state"), "finished");
+  EXPECT_EQ(seeded.stop(), 0);
 }
 
 TEST_F(RunnerAttach, RunReattachesByItselfAndNeverRerunsTheJob) {
