@@ -140,6 +140,11 @@ class Job : private ExecutionSink {
  private:
   // ExecutionSink
   void execution_started() override;
+  void execution_spawn_steps(uint64_t received_ns, uint64_t planned_ns, uint64_t cloned_ns) override {
+    start_steps_.mark_at(StartSteps::kStarterGot, received_ns);
+    start_steps_.mark_at(StartSteps::kPlanned, planned_ns);
+    start_steps_.mark_at(StartSteps::kCloned, cloned_ns);
+  }
   void execution_exited() override;
   Status execution_output(JobLog::Kind kind, std::string_view bytes) override;
   void execution_start_failed(const std::string& detail) override;

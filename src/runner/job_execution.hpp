@@ -4,6 +4,7 @@
 // the deadline, the workspace report and the terminal record's common fields.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,9 @@ class ExecutionSink {
   virtual ~ExecutionSink() = default;
   // The command runs (exec'd in the sandbox, started in the guest): the `started` record.
   virtual void execution_started() = 0;
+  // Before execution_started, where a starter stamped them (CLOCK_MONOTONIC ns, 0: unknown): when
+  // it read the request, planned the sandbox and cloned. Only for the start steps' log line.
+  virtual void execution_spawn_steps(uint64_t /*received_ns*/, uint64_t /*planned_ns*/, uint64_t /*cloned_ns*/) {}
   // The command's main process is gone (what it left may still be dying): the deadline stops.
   virtual void execution_exited() = 0;
   // Output (or the preparation's, as stderr): an error if the log cannot take it now (a full disk).

@@ -51,8 +51,16 @@ struct SpawnSpec {
   bool die_with_parent = false;
 };
 
+// When the steps of a spawn happened (CLOCK_MONOTONIC ns, uv_hrtime's clock; 0: not known), for
+// the runner's start steps (runner/start_steps.hpp). Through the job starter: the request read,
+// the sandbox planned, and clone3 returned (CLONE_VFORK: motor-init has exec'd by then).
+struct SpawnTimes {
+  uint64_t received_ns = 0, planned_ns = 0, cloned_ns = 0;
+};
+
 struct SpawnedProcess {
   pid_t pid = -1;
+  SpawnTimes times;
   UniqueFd pidfd;
   // Close-on-exec pipe: EOF with no data = the command was exec'd; otherwise the child wrote
   // "stage: strerror" and exited 127 before the command ran.

@@ -1,6 +1,14 @@
 #include "sandbox/starter.hpp"
 
+#include <time.h>
+
 namespace motor::sandbox {
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec spec, int prepared_net_fd) {
   auto planned = plan_sandbox(box);
@@ -11,7 +19,13 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   spec.hooks = &hooks;
   spec.uid = box.uid;
   spec.gid = box.gid;
-  return spawn_job(spec);
+  const uint64_t planned_ns = monotonic_ns();
+  auto spawned = spawn_job(spec);
+  if (spawned) {
+    spawned->times.planned_ns = planned_ns;
+    spawned->times.cloned_ns = monotonic_ns();
+  }
+  return spawned;
 }
 
 void InProcessStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) {

@@ -30,6 +30,7 @@ struct Outcome {
   std::optional<sandbox::SandboxedExit> exit;
   bool execd = false;
   bool execd_before_exit = false;
+  sandbox::SpawnTimes times;  // as SandboxedChild::spawn_times() had them at execd
 };
 
 class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: through the job starter
@@ -112,13 +113,16 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
     watch.stdout_read = std::move(out_read);
     watch.timeout_ms = 20000;  // a stuck child fails the test rather than hanging it
     sandbox::SandboxedChild::Events events;
+    sandbox::SandboxedChild* started = nullptr;  // execd comes on the loop, after start returned
     events.start_failed = [&o](const Error& e) { o.start_failed = e; };
-    events.execd = [&o] {
+    events.execd = [&o, &started] {
+      if (started) o.times = started->spawn_times();
       o.execd = true;
       o.execd_before_exit = !o.exit;
     };
     events.exited = [&o](sandbox::SandboxedExit e) { o.exit = std::move(e); };
     auto child = sandbox::SandboxedChild::start(&loop_, starter(), b, spec, std::move(watch), std::move(events));
+    started = child.get();
     out_write.reset();
     dev_null.reset();
     if (kill_at_once) child->kill();
@@ -157,6 +161,25 @@ TEST_P(SandboxedChildTest, ReportsTheExecThenTheExitOnce) {
   EXPECT_EQ(WEXITSTATUS(o.exit->wait_status), 3);
   EXPECT_EQ(o.exit->child.out, "hi from motor-job\n");
   EXPECT_FALSE(o.exit->killed_before_exec);
+}
+
+// The start steps' stamps (runner/start_steps.hpp): the job starter sends back when it read the
+// request, planned and cloned, in that order and within the spawn; the in-process starter has no
+// request to read.
+TEST_P(SandboxedChildTest, StampsTheStartersStepsInOrder) {
+  const uint64_t before = sandbox::monotonic_ns();
+  const Outcome o = run(box(), {"/bin/true"}, "/workspace");
+  ASSERT_FALSE(o.start_failed) << o.start_failed->message;
+  ASSERT_TRUE(o.execd);
+  if (GetParam()) {
+    EXPECT_GE(o.times.received_ns, before);
+    EXPECT_GE(o.times.planned_ns, o.times.received_ns);
+  } else {
+    EXPECT_EQ(o.times.received_ns, 0u);
+    EXPECT_GE(o.times.planned_ns, before);
+  }
+  EXPECT_GE(o.times.cloned_ns, o.times.planned_ns);
+  EXPECT_LE(o.times.cloned_ns, sandbox::monotonic_ns());
 }
 
 TEST_P(SandboxedChildTest, ACommandKilledBySignalIsReportedAsThatSignal) {
