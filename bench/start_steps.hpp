@@ -35,7 +35,8 @@ inline void print_start_steps(const std::string& log, const std::string& of = ""
   const auto steps = start_steps_from_log(log);
   double before = 0;
   fmt::print("  runner's steps{} (median us since exec.run was taken; + median gap):\n", of.empty() ? "" : " of " + of);
-  for (const char* name : {"recorded", "admitted", "spawn_asked", "starter_got", "planned", "cloned", "execd",
+  for (const char* name : {"recorded", "admitted", "spawn_asked", "starter_got", "planned", "child_started", "mounted",
+                           "confined", "ready", "cloned", "execd",
                            "first_output", "exited", "terminal"}) {
     const auto it = steps.find(name);
     if (it == steps.end()) continue;

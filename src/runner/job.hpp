@@ -140,10 +140,14 @@ class Job : private ExecutionSink {
  private:
   // ExecutionSink
   void execution_started() override;
-  void execution_spawn_steps(uint64_t received_ns, uint64_t planned_ns, uint64_t cloned_ns) override {
-    start_steps_.mark_at(StartSteps::kStarterGot, received_ns);
-    start_steps_.mark_at(StartSteps::kPlanned, planned_ns);
-    start_steps_.mark_at(StartSteps::kCloned, cloned_ns);
+  void execution_spawn_steps(const sandbox::SpawnTimes& t) override {
+    start_steps_.mark_at(StartSteps::kStarterGot, t.received_ns);
+    start_steps_.mark_at(StartSteps::kPlanned, t.planned_ns);
+    start_steps_.mark_at(StartSteps::kChildStarted, t.child.started);
+    start_steps_.mark_at(StartSteps::kMounted, t.child.mounted);
+    start_steps_.mark_at(StartSteps::kConfined, t.child.confined);
+    start_steps_.mark_at(StartSteps::kReady, t.child.ready);
+    start_steps_.mark_at(StartSteps::kCloned, t.cloned_ns);
   }
   void execution_exited() override;
   Status execution_output(JobLog::Kind kind, std::string_view bytes) override;

@@ -13,6 +13,7 @@
 #include "motor/expected.hpp"
 #include "protocol/messages.hpp"
 #include "runner/job_log.hpp"
+#include "sandbox/spawn.hpp"
 
 namespace motor::runner {
 
@@ -37,9 +38,10 @@ class ExecutionSink {
   virtual ~ExecutionSink() = default;
   // The command runs (exec'd in the sandbox, started in the guest): the `started` record.
   virtual void execution_started() = 0;
-  // Before execution_started, where a starter stamped them (CLOCK_MONOTONIC ns, 0: unknown): when
-  // it read the request, planned the sandbox and cloned. Only for the start steps' log line.
-  virtual void execution_spawn_steps(uint64_t /*received_ns*/, uint64_t /*planned_ns*/, uint64_t /*cloned_ns*/) {}
+  // Before execution_started, where a starter stamped them (sandbox::SpawnTimes, 0: unknown): when
+  // it read the request, planned the sandbox, its child's steps, the clone's return. Only for the
+  // start steps' log line.
+  virtual void execution_spawn_steps(const sandbox::SpawnTimes& /*times*/) {}
   // The command's main process is gone (what it left may still be dying): the deadline stops.
   virtual void execution_exited() = 0;
   // Output (or the preparation's, as stderr): an error if the log cannot take it now (a full disk).

@@ -151,10 +151,7 @@ Status LinuxExecution::start_reading(OutputPipe& out) {
 void LinuxExecution::on_execd() {
   if (started_confirmed_) return;
   started_confirmed_ = true;
-  if (child_) {
-    const sandbox::SpawnTimes& t = child_->spawn_times();
-    sink_.execution_spawn_steps(t.received_ns, t.planned_ns, t.cloned_ns);
-  }
+  if (child_) sink_.execution_spawn_steps(child_->spawn_times());
   sink_.execution_started();
 }
 

@@ -22,6 +22,10 @@ class StartSteps {
     kSpawnAsked,   // cgroup made, pipes made, the request is on its way to the job starter
     kStarterGot,   // the job starter read the request (its own clock stamp, sent back)
     kPlanned,      // the starter planned the sandbox (seccomp compiled, mount plan made)
+    kChildStarted, // the clone's child runs: clone3 made its namespaces (sandbox::ChildStamps)
+    kMounted,      // the child built its root and pivoted
+    kConfined,     // hostname, loopback, bounding set done
+    kReady,        // account switched, capabilities and seccomp done: motor-init's exec next
     kCloned,       // the starter's clone3 returned: the sandbox is built and motor-init exec'd
     kExecd,        // the runner's loop saw the starter's answer and the exec
     kFirstOutput,  // the job's first output bytes were read
@@ -39,7 +43,8 @@ class StartSteps {
   // "recorded 812 admitted 830 ..." (-1: never reached).
   std::string line() const {
     static constexpr std::array<const char*, kCount> kNames{"recorded", "admitted", "spawn_asked", "starter_got",
-                                                            "planned", "cloned", "execd",
+                                                            "planned", "child_started", "mounted", "confined", "ready",
+                                                            "cloned", "execd",
                                                             "first_output", "exited", "terminal"};
     std::string out;
     for (size_t i = 0; i < kCount; ++i) out += fmt::format("{}{} {}", i ? " " : "", kNames[i], at_us_[i]);
@@ -48,7 +53,7 @@ class StartSteps {
 
  private:
   uint64_t origin_ns_;
-  std::array<int64_t, kCount> at_us_{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  std::array<int64_t, kCount> at_us_{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 };
 
 }  // namespace motor::runner

@@ -195,9 +195,11 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     // memory as possible until then (no frees, no pool refill), so neither side copies pages.
     UniqueFd exec_seen(fcntl(spawned->setup_status.get(), F_DUPFD_CLOEXEC, 0));
     const SpawnTimes& t = spawned->times;
-    (void)send_message(sock, kReplyOk,
-                       std::to_string(spawned->pid) + " " + std::to_string(received_ns) + " " +
-                           std::to_string(t.planned_ns) + " " + std::to_string(t.cloned_ns),
+    std::string answer = std::to_string(spawned->pid);
+    for (uint64_t at : {received_ns, t.planned_ns, t.cloned_ns, t.child.started, t.child.mounted, t.child.confined,
+                        t.child.ready})
+      answer += " " + std::to_string(at);
+    (void)send_message(sock, kReplyOk, answer,
                        {spawned->pidfd.get(), spawned->setup_status.get()});
     if (exec_seen) {
       pollfd p{exec_seen.get(), 0, 0};  // POLLHUP: the child's end closed at exec (or exit)
@@ -279,13 +281,14 @@ void JobStarter::on_reply() {
   Done done = std::move(waiting_.front());
   waiting_.pop_front();
   if (word != kReplyOk) return done(make_error("io", body));
-  // "PID RECEIVED_NS PLANNED_NS CLONED_NS"
+  // "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns)
   SpawnedProcess out;
   char* at = nullptr;
   out.pid = static_cast<pid_t>(std::strtol(body.c_str(), &at, 10));
-  out.times.received_ns = std::strtoull(at, &at, 10);
-  out.times.planned_ns = std::strtoull(at, &at, 10);
-  out.times.cloned_ns = std::strtoull(at, &at, 10);
+  SpawnTimes& t = out.times;
+  for (uint64_t* field : {&t.received_ns, &t.planned_ns, &t.cloned_ns, &t.child.started, &t.child.mounted,
+                          &t.child.confined, &t.child.ready})
+    *field = std::strtoull(at, &at, 10);
   if (got.size() != 2 || out.pid <= 0) {
     done(make_error("io", "the job starter answered without a pid and pidfd"));
     return fail_all("the job starter answered without a pid and pidfd");

@@ -1,14 +1,6 @@
 #include "sandbox/starter.hpp"
 
-#include <time.h>
-
 namespace motor::sandbox {
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec spec, int prepared_net_fd) {
   auto planned = plan_sandbox(box);
@@ -24,6 +16,7 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   if (spawned) {
     spawned->times.planned_ns = planned_ns;
     spawned->times.cloned_ns = monotonic_ns();
+    if (hooks.stamps) spawned->times.child = *hooks.stamps;  // written by a child that shared our memory
   }
   return spawned;
 }

@@ -23,9 +23,6 @@ class Starter {
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
 };
 
-// CLOCK_MONOTONIC in ns (SpawnTimes).
-uint64_t monotonic_ns();
-
 // Plans, builds the hooks and spawns in this process. Plan and hooks live as long as this
 // object: the job starter keeps them until the child has exec'd, since freeing them earlier
 // would copy the pages a CLONE_VM child still shares.

@@ -164,22 +164,31 @@ TEST_P(SandboxedChildTest, ReportsTheExecThenTheExitOnce) {
 }
 
 // The start steps' stamps (runner/start_steps.hpp): the job starter sends back when it read the
-// request, planned and cloned, in that order and within the spawn; the in-process starter has no
-// request to read.
+// request, planned, and its child's steps up to the exec, in that order and within the spawn;
+// the in-process starter has no request to read, and its child (a copy, not sharing memory)
+// stamps nothing the parent sees.
 TEST_P(SandboxedChildTest, StampsTheStartersStepsInOrder) {
   const uint64_t before = sandbox::monotonic_ns();
   const Outcome o = run(box(), {"/bin/true"}, "/workspace");
   ASSERT_FALSE(o.start_failed) << o.start_failed->message;
   ASSERT_TRUE(o.execd);
+  const sandbox::SpawnTimes& t = o.times;
   if (GetParam()) {
-    EXPECT_GE(o.times.received_ns, before);
-    EXPECT_GE(o.times.planned_ns, o.times.received_ns);
+    EXPECT_GE(t.received_ns, before);
+    EXPECT_GE(t.planned_ns, t.received_ns);
+    EXPECT_GE(t.child.started, t.planned_ns);
+    EXPECT_GE(t.child.mounted, t.child.started);
+    EXPECT_GE(t.child.confined, t.child.mounted);
+    EXPECT_GE(t.child.ready, t.child.confined);
+    EXPECT_GE(t.cloned_ns, t.child.ready);
   } else {
-    EXPECT_EQ(o.times.received_ns, 0u);
-    EXPECT_GE(o.times.planned_ns, before);
+    EXPECT_EQ(t.received_ns, 0u);
+    EXPECT_EQ(t.child.started, 0u);
+    EXPECT_EQ(t.child.ready, 0u);
+    EXPECT_GE(t.planned_ns, before);
   }
-  EXPECT_GE(o.times.cloned_ns, o.times.planned_ns);
-  EXPECT_LE(o.times.cloned_ns, sandbox::monotonic_ns());
+  EXPECT_GE(t.cloned_ns, t.planned_ns);
+  EXPECT_LE(t.cloned_ns, sandbox::monotonic_ns());
 }
 
 TEST_P(SandboxedChildTest, ACommandKilledBySignalIsReportedAsThatSignal) {
