@@ -16,8 +16,10 @@
 // client `motor --socket S run --no-sync -- true` from a directory that is no checkout, exec to
 // exit, against `bwrap --ro-bind /usr /usr` + the merged-/usr links + `--dev /dev --proc /proc
 // --tmpfs /tmp --unshare-all --die-with-parent --new-session --cap-drop ALL /usr/bin/true`, spawn
-// to exit. And the runner's own timestamps of each step of a start (bench/start_steps.hpp). The
-// load average is printed with the figures. Run as root.
+// to exit, on a fresh runner and on the one the rows above used (whole_process_rows). And the
+// runners' own timestamps of each step of a start (bench/start_steps.hpp), including the job
+// starter's (request read, sandbox planned, clone3 returned). The load average is printed with
+// the figures. Run as root.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -89,32 +91,61 @@ double exit_us(const std::vector<std::string>& args, const std::string& cwd) {
 }
 
 // Issue 20's start row: the whole `motor` client against bwrap's /usr/bin/true, interleaved.
-int whole_process_rows(const RunnerProcess& runner, int runs) {
-  const std::string outside = motor::test::make_temp_dir();  // no checkout: nothing to sync
-  const std::vector<std::string> client{MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "--no-sync", "--", "true"};
-  const std::vector<std::string> bwrap = bwrap_argv({"/usr/bin/true"});
-  std::array<std::vector<double>, 2> us;
+// Two runners take the client's jobs in the same rounds: `used` (this bench's, which has just run
+// the first-output rounds, with debug logging) and `fresh` (started for this row with the config
+// bench/remote.cpp's runner has, plus debug logging for the step line), so that a runner's
+// history or config showing in the figure is seen beside it. Each motor sample is also filed by
+// what ran just before it (bwrap, whose namespaces the kernel tears down as it exits, or a motor
+// job), the other difference from bench/remote.cpp's local row, which runs between ssh sessions.
+struct WholeProcessSamples {
+  std::array<std::vector<double>, 3> us;  // fresh runner, used runner, bwrap
+  std::array<std::vector<double>, 2> motor_after;  // any motor sample: after bwrap, after motor
   int failures = 0;
+};
+
+WholeProcessSamples whole_process_rounds(const std::array<std::vector<std::string>, 3>& argvs, const std::string& cwd,
+                                         int runs) {
+  WholeProcessSamples s;
+  int before = -1;
   for (int i = 0; i < runs + 3; ++i) {
-    for (int k = 0; k < 2; ++k) {
-      const int which = (i + k) % 2;
-      const double t = exit_us(which == 0 ? client : bwrap, outside);
-      if (t < 0) ++failures;
-      else if (i >= 3) us[static_cast<size_t>(which)].push_back(t);  // 3 warm-up rounds
+    for (int k = 0; k < 3; ++k) {
+      const int which = (i + k) % 3;
+      const double t = exit_us(argvs[static_cast<size_t>(which)], cwd);
+      if (t < 0) {
+        ++s.failures;
+      } else if (i >= 3) {  // 3 warm-up rounds
+        s.us[static_cast<size_t>(which)].push_back(t);
+        if (which != 2 && before >= 0) s.motor_after[before == 2 ? 0 : 1].push_back(t);
+      }
+      before = which;
     }
   }
-  const double m = median(us[0]), b = median(us[1]);
+  return s;
+}
+
+int whole_process_rows(const RunnerProcess& used, const RunnerProcess& fresh, int runs) {
+  const std::string outside = motor::test::make_temp_dir();  // no checkout: nothing to sync
+  auto client = [](const RunnerProcess& r) {
+    return std::vector<std::string>{MOTOR_CLIENT_BIN, "--socket", r.socket(), "run", "--no-sync", "--", "true"};
+  };
+  const std::vector<std::string> bwrap = bwrap_argv({"/usr/bin/true"});
+  const WholeProcessSamples s = whole_process_rounds({client(fresh), client(used), bwrap}, outside, runs);
+  const double m = median(s.us[0]), b = median(s.us[2]);
   fmt::print("whole process, exec to exit, {} rounds interleaved; load average {}", runs,
              motor::test::read_file("/proc/loadavg"));
-  fmt::print("  motor run --no-sync -- true   median {:7.0f} us   p90 {:7.0f} us\n", m, percentile(us[0], 0.9));
-  fmt::print("  bwrap ... /usr/bin/true       median {:7.0f} us   p90 {:7.0f} us\n", b, percentile(us[1], 0.9));
+  fmt::print("  motor run --no-sync -- true   median {:7.0f} us   p90 {:7.0f} us   (a fresh runner)\n", m,
+             percentile(s.us[0], 0.9));
+  fmt::print("  bwrap ... /usr/bin/true       median {:7.0f} us   p90 {:7.0f} us\n", b, percentile(s.us[2], 0.9));
   fmt::print("  ratio motor / bwrap (median): {:.2f}   (goal <= 1.0)\n", m / b);
-  if (failures) fmt::print("  failed runs (left out): {}\n", failures);
+  fmt::print("  the same on the runner of the rows above (used, debug log): median {:7.0f} us\n", median(s.us[1]));
+  fmt::print("  any motor run just after bwrap: median {:7.0f} us (n={}); just after a motor run: {:7.0f} us (n={})\n",
+             median(s.motor_after[0]), s.motor_after[0].size(), median(s.motor_after[1]), s.motor_after[1].size());
+  if (s.failures) fmt::print("  failed runs (left out): {}\n", s.failures);
   std::string line;
-  for (const auto& s : bwrap) line += (line.empty() ? "" : " ") + s;
+  for (const auto& a : bwrap) line += (line.empty() ? "" : " ") + a;
   fmt::print("bwrap: {}\n", line);
   motor::test::remove_tree(outside);
-  return failures;
+  return s.failures;
 }
 
 // Spawns argv with stdout on a pipe: microseconds from the call to the first byte, or -1.
@@ -191,8 +222,17 @@ int main(int argc, char** argv) {
   fmt::print("  ratio motor / unshare (median): {:.2f}   (p90): {:.2f}\n", m / u, percentile(us[0], 0.9) / percentile(us[2], 0.9));
   if (failures) fmt::print("  failed runs (left out): {}\n", failures);
   fmt::print("bwrap: {}\nunshare: /usr/bin/unshare --pid --fork --mount --net --ipc --uts --cgroup /bin/echo x\n", bwrap_line);
-  failures += whole_process_rows(runner, runs);
-  motor::bench::print_start_steps(runner.log());
+  motor::bench::print_start_steps(runner.log(), "the first-output rows' jobs");
+  RunnerProcess fresh("log_level = debug\n");
+  if (!fresh.start()) {
+    fmt::print(stderr, "bench: the second runner did not start:\n{}\n", fresh.log());
+    return 1;
+  }
+  const size_t used_log_before = runner.log().size();
+  failures += whole_process_rows(runner, fresh, runs);
+  motor::bench::print_start_steps(fresh.log(), "the whole-process row's jobs, fresh runner");
+  motor::bench::print_start_steps(runner.log().substr(used_log_before), "the whole-process row's jobs, used runner");
+  fresh.stop();
   runner.stop();
   return failures ? 2 : 0;
 }

@@ -31,11 +31,13 @@ inline std::map<std::string, std::vector<double>> start_steps_from_log(const std
 }
 
 // One line per step, in the order a start goes through them, with the median gap to the step before.
-inline void print_start_steps(const std::string& log) {
+inline void print_start_steps(const std::string& log, const std::string& of = "") {
   const auto steps = start_steps_from_log(log);
   double before = 0;
-  fmt::print("  runner's steps (median us since exec.run was taken; + median gap):\n");
-  for (const char* name : {"recorded", "admitted", "spawn_asked", "execd", "first_output", "exited", "terminal"}) {
+  fmt::print("  runner's steps{} (median us since exec.run was taken; + median gap):\n", of.empty() ? "" : " of " + of);
+  for (const char* name : {"recorded", "admitted", "spawn_asked", "starter_got", "planned", "child_started", "mounted",
+                           "confined", "ready", "cloned", "execd",
+                           "first_output", "exited", "terminal"}) {
     const auto it = steps.find(name);
     if (it == steps.end()) continue;
     const double m = median(it->second);

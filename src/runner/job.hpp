@@ -134,6 +134,15 @@ class Job : private ExecutionSink {
  private:
   // ExecutionSink
   void execution_started() override;
+  void execution_spawn_steps(const sandbox::SpawnTimes& t) override {
+    start_steps_.mark_at(StartSteps::kStarterGot, t.received_ns);
+    start_steps_.mark_at(StartSteps::kPlanned, t.planned_ns);
+    start_steps_.mark_at(StartSteps::kChildStarted, t.child.started);
+    start_steps_.mark_at(StartSteps::kMounted, t.child.mounted);
+    start_steps_.mark_at(StartSteps::kConfined, t.child.confined);
+    start_steps_.mark_at(StartSteps::kReady, t.child.ready);
+    start_steps_.mark_at(StartSteps::kCloned, t.cloned_ns);
+  }
   void execution_exited() override;
   Status execution_output(JobLog::Kind kind, std::string_view bytes) override;
   void execution_start_failed(const std::string& detail) override;

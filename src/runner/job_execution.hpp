@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -81,6 +82,10 @@ class ExecutionSink {
   virtual ~ExecutionSink() = default;
   // The command runs (exec'd in the sandbox, started in the guest): the `started` record.
   virtual void execution_started() = 0;
+  // Before execution_started, where a starter stamped them (sandbox::SpawnTimes, 0: unknown): when
+  // it read the request, planned the sandbox, its child's steps, the clone's return. Only for the
+  // start steps' log line.
+  virtual void execution_spawn_steps(const sandbox::SpawnTimes& /*times*/) {}
   // The command's main process is gone (what it left may still be dying): the deadline stops.
   virtual void execution_exited() = 0;
   // Output (or the preparation's, as stderr): an error if the log cannot take it now (a full disk).

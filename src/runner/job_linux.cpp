@@ -120,6 +120,7 @@ void LinuxExecution::on_spawned(pid_t pid) {
 void LinuxExecution::on_execd() {
   if (started_confirmed_) return;
   started_confirmed_ = true;
+  if (child_) sink_.execution_spawn_steps(child_->spawn_times());
   sink_.execution_started();
 }
 

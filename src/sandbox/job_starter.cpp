@@ -162,6 +162,7 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     std::string body;
     std::vector<UniqueFd> fds;
     if (!receive_message(sock, word, body, fds)) _exit(0);
+    const uint64_t received_ns = monotonic_ns();
     Request q;
     // The fds: stdin, stdout, stderr, the cgroup's attach fds, its clone-into fd, the egress namespace.
     if (!decode_request(body, q) || q.attach_fds > kMaxFds ||
@@ -193,7 +194,12 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     // Until the child execs it shares this process's pages copy-on-write: touch as little
     // memory as possible until then (no frees, no pool refill), so neither side copies pages.
     UniqueFd exec_seen(fcntl(spawned->setup_status.get(), F_DUPFD_CLOEXEC, 0));
-    (void)send_message(sock, kReplyOk, std::to_string(spawned->pid),
+    const SpawnTimes& t = spawned->times;
+    std::string answer = std::to_string(spawned->pid);
+    for (uint64_t at : {received_ns, t.planned_ns, t.cloned_ns, t.child.started, t.child.mounted, t.child.confined,
+                        t.child.ready})
+      answer += " " + std::to_string(at);
+    (void)send_message(sock, kReplyOk, answer,
                        {spawned->pidfd.get(), spawned->setup_status.get()});
     if (exec_seen) {
       pollfd p{exec_seen.get(), 0, 0};  // POLLHUP: the child's end closed at exec (or exit)
@@ -275,8 +281,14 @@ void JobStarter::on_reply() {
   Done done = std::move(waiting_.front());
   waiting_.pop_front();
   if (word != kReplyOk) return done(make_error("io", body));
+  // "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns)
   SpawnedProcess out;
-  out.pid = static_cast<pid_t>(std::strtol(body.c_str(), nullptr, 10));
+  char* at = nullptr;
+  out.pid = static_cast<pid_t>(std::strtol(body.c_str(), &at, 10));
+  SpawnTimes& t = out.times;
+  for (uint64_t* field : {&t.received_ns, &t.planned_ns, &t.cloned_ns, &t.child.started, &t.child.mounted,
+                          &t.child.confined, &t.child.ready})
+    *field = std::strtoull(at, &at, 10);
   if (got.size() != 2 || out.pid <= 0) {
     done(make_error("io", "the job starter answered without a pid and pidfd"));
     return fail_all("the job starter answered without a pid and pidfd");

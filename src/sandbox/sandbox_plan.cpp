@@ -254,9 +254,10 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
   state->scratch = make_mount_scratch(state->plan.mounts);
 
   ChildHooks hooks;
+  hooks.stamps = std::make_shared<ChildStamps>();
   hooks.clone_flags = plan.namespaces.clone_flags;
   hooks.exec_fd = plan.init_fd ? plan.init_fd->get() : -1;
-  hooks.before_credentials = [state](const char*& stage) -> int {
+  hooks.before_credentials = [state, stamps = hooks.stamps.get()](const char*& stage) -> int {
     const SandboxPlan& p = state->plan;
     state->saved_umask = umask(0);  // modes in the plan are exact
     if (int err = enter_namespaces(p.namespaces, stage); err != 0) return err;
@@ -264,6 +265,7 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
       if (int err = attach_job_network(*p.network, stage); err != 0) return err;
     }
     if (int err = apply_mounts(p.mounts, state->scratch, stage); err != 0) return err;
+    stamps->mounted = monotonic_ns();
     // Never outside a UTS namespace of the job's own (a test build can leave it out).
     if (p.namespaces.clone_flags & CLONE_NEWUTS) {
       if (int err = apply_hostname(p.hostname, stage); err != 0) return err;
@@ -273,6 +275,7 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
       if (int err = mask_special_git_files(p.git_masks_root.c_str(), stage); err != 0) return err;
     }
     if (int err = drop_bounding_set(p.capabilities, stage); err != 0) return err;
+    stamps->confined = monotonic_ns();
     umask(state->saved_umask);
     // Test build only: without no_new_privs the filter can only be loaded while still root.
     if (control_weakened("no-new-privs") && !control_weakened("seccomp")) {

@@ -41,6 +41,7 @@ void SandboxedChild::on_spawned(Expected<SpawnedProcess> spawned) {
     return;
   }
   pid_ = spawned->pid;
+  spawn_times_ = spawned->times;
   setup_status_ = std::move(spawned->setup_status);
   fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
   auto child = reactor::ChildProcess::adopt(loop_, pid_, std::move(spawned->pidfd), std::move(watch_.stdout_read),

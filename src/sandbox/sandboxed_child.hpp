@@ -80,6 +80,8 @@ class SandboxedChild {
   // Output arrived on the caller's own pipes: the child must have exec'd; reads the setup status now.
   void check_setup();
   pid_t pid() const { return pid_; }
+  // When the starter read the request, planned and cloned (for the start steps; 0: unknown).
+  const SpawnTimes& spawn_times() const { return spawn_times_; }
   bool running() const { return child_ && !child_->finished(); }
 
  private:
@@ -93,6 +95,7 @@ class SandboxedChild {
   Events events_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the starter's answer checks it
   pid_t pid_ = -1;
+  SpawnTimes spawn_times_;
   UniqueFd setup_status_;
   reactor::UvHandle<uv_poll_t> setup_poll_;
   std::unique_ptr<reactor::ChildProcess> child_;

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
@@ -39,6 +40,8 @@ namespace {
 
 [[noreturn]] void run_child(const SpawnSpec& spec, char* const* argv, char* const* envp, const char* exec_stage,
                             int status_fd) {
+  ChildStamps* stamps = spec.hooks ? spec.hooks->stamps.get() : nullptr;
+  if (stamps) stamps->started = monotonic_ns();
   // The runner ignores SIGPIPE and may block signals; the job starts with defaults. Handlers
   // go first: the parent blocked every signal around the clone, so none of its handlers can
   // run here (with CLONE_VM it would run on the parent's memory).
@@ -73,6 +76,7 @@ namespace {
   if (spec.hooks && spec.hooks->after_credentials) {
     if (int err = spec.hooks->after_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
+  if (stamps) stamps->ready = monotonic_ns();
   if (spec.hooks && spec.hooks->exec_fd >= 0) {
     syscall(SYS_execveat, spec.hooks->exec_fd, "", argv, envp, AT_EMPTY_PATH);
   } else {
@@ -134,6 +138,12 @@ long clone3_calling(clone_args* args, void (*entry)(void*), void* arg) {
 #endif
 
 }  // namespace
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
   if (!spec.cgroup) return make_error("internal", "spawn_job needs the job's cgroup");

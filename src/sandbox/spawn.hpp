@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,20 @@ namespace motor::sandbox {
 // What the namespace sandbox adds (src/sandbox/, issue 3). Each hook runs in the child, in this
 // order, and returns 0 or an errno after naming the failing step in `stage` (<= 120 bytes).
 // The child is single-threaded and a copy of the runner: hooks must not touch loop state.
+// When the child reached each step of its set-up (CLOCK_MONOTONIC ns, 0: not reached). The child
+// writes them; the caller sees them only when the child shares its memory until exec
+// (SpawnSpec::share_memory_until_exec, the job starter's way), else they stay 0.
+struct ChildStamps {
+  uint64_t started = 0;     // run_child began (clone3 done: the namespaces exist)
+  uint64_t mounted = 0;     // the root built and pivoted (apply_mounts)
+  uint64_t confined = 0;    // before_credentials done (hostname, loopback, bounding set)
+  uint64_t ready = 0;       // the account switched, capabilities and seccomp done: exec next
+};
+
 struct ChildHooks {
   uint64_t clone_flags = 0;  // CLONE_NEW* flags added to clone3
+  // Where the child stamps its steps (may be null); make_child_hooks allocates one.
+  std::shared_ptr<ChildStamps> stamps;
   // >= 0: the child execs this fd (execveat AT_EMPTY_PATH) instead of SpawnSpec::executable, which
   // then only names it in errors (the sandbox's motor-init, which has no path in the job's root).
   int exec_fd = -1;
@@ -51,8 +64,17 @@ struct SpawnSpec {
   bool die_with_parent = false;
 };
 
+// When the steps of a spawn happened (CLOCK_MONOTONIC ns, uv_hrtime's clock; 0: not known), for
+// the runner's start steps (runner/start_steps.hpp). Through the job starter: the request read,
+// the sandbox planned, and clone3 returned (CLONE_VFORK: motor-init has exec'd by then).
+struct SpawnTimes {
+  uint64_t received_ns = 0, planned_ns = 0, cloned_ns = 0;
+  ChildStamps child;  // inside the clone, where the child shared the caller's memory
+};
+
 struct SpawnedProcess {
   pid_t pid = -1;
+  SpawnTimes times;
   UniqueFd pidfd;
   // Close-on-exec pipe: EOF with no data = the command was exec'd; otherwise the child wrote
   // "stage: strerror" and exited 127 before the command ran.
@@ -60,6 +82,10 @@ struct SpawnedProcess {
 };
 
 Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec);
+
+// CLOCK_MONOTONIC in ns (uv_hrtime's clock): SpawnTimes, ChildStamps. Through the vDSO, so a
+// child may call it before exec.
+uint64_t monotonic_ns();
 
 // Reaps a child whose pidfd became readable. Returns the wait status (as from waitpid).
 Expected<int> reap_pidfd(int pidfd);

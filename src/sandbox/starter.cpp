@@ -11,7 +11,14 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   spec.hooks = &hooks;
   spec.uid = box.uid;
   spec.gid = box.gid;
-  return spawn_job(spec);
+  const uint64_t planned_ns = monotonic_ns();
+  auto spawned = spawn_job(spec);
+  if (spawned) {
+    spawned->times.planned_ns = planned_ns;
+    spawned->times.cloned_ns = monotonic_ns();
+    if (hooks.stamps) spawned->times.child = *hooks.stamps;  // written by a child that shared our memory
+  }
+  return spawned;
 }
 
 void InProcessStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) {

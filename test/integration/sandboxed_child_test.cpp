@@ -30,6 +30,7 @@ struct Outcome {
   std::optional<sandbox::SandboxedExit> exit;
   bool execd = false;
   bool execd_before_exit = false;
+  sandbox::SpawnTimes times;  // as SandboxedChild::spawn_times() had them at execd
 };
 
 class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: through the job starter
@@ -112,13 +113,16 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
     watch.stdout_read = std::move(out_read);
     watch.timeout_ms = 20000;  // a stuck child fails the test rather than hanging it
     sandbox::SandboxedChild::Events events;
+    sandbox::SandboxedChild* started = nullptr;  // execd comes on the loop, after start returned
     events.start_failed = [&o](const Error& e) { o.start_failed = e; };
-    events.execd = [&o] {
+    events.execd = [&o, &started] {
+      if (started) o.times = started->spawn_times();
       o.execd = true;
       o.execd_before_exit = !o.exit;
     };
     events.exited = [&o](sandbox::SandboxedExit e) { o.exit = std::move(e); };
     auto child = sandbox::SandboxedChild::start(&loop_, starter(), b, spec, std::move(watch), std::move(events));
+    started = child.get();
     out_write.reset();
     dev_null.reset();
     if (kill_at_once) child->kill();
@@ -157,6 +161,34 @@ TEST_P(SandboxedChildTest, ReportsTheExecThenTheExitOnce) {
   EXPECT_EQ(WEXITSTATUS(o.exit->wait_status), 3);
   EXPECT_EQ(o.exit->child.out, "hi from motor-job\n");
   EXPECT_FALSE(o.exit->killed_before_exec);
+}
+
+// The start steps' stamps (runner/start_steps.hpp): the job starter sends back when it read the
+// request, planned, and its child's steps up to the exec, in that order and within the spawn;
+// the in-process starter has no request to read, and its child (a copy, not sharing memory)
+// stamps nothing the parent sees.
+TEST_P(SandboxedChildTest, StampsTheStartersStepsInOrder) {
+  const uint64_t before = sandbox::monotonic_ns();
+  const Outcome o = run(box(), {"/bin/true"}, "/workspace");
+  ASSERT_FALSE(o.start_failed) << o.start_failed->message;
+  ASSERT_TRUE(o.execd);
+  const sandbox::SpawnTimes& t = o.times;
+  if (GetParam()) {
+    EXPECT_GE(t.received_ns, before);
+    EXPECT_GE(t.planned_ns, t.received_ns);
+    EXPECT_GE(t.child.started, t.planned_ns);
+    EXPECT_GE(t.child.mounted, t.child.started);
+    EXPECT_GE(t.child.confined, t.child.mounted);
+    EXPECT_GE(t.child.ready, t.child.confined);
+    EXPECT_GE(t.cloned_ns, t.child.ready);
+  } else {
+    EXPECT_EQ(t.received_ns, 0u);
+    EXPECT_EQ(t.child.started, 0u);
+    EXPECT_EQ(t.child.ready, 0u);
+    EXPECT_GE(t.planned_ns, before);
+  }
+  EXPECT_GE(t.cloned_ns, t.planned_ns);
+  EXPECT_LE(t.cloned_ns, sandbox::monotonic_ns());
 }
 
 TEST_P(SandboxedChildTest, ACommandKilledBySignalIsReportedAsThatSignal) {
