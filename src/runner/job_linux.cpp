@@ -11,6 +11,7 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
+#include "reactor/pool_work.hpp"
 #include "reactor/slow_call.hpp"
 #include "base/log.hpp"
 #include "sandbox/cgroup_usage.hpp"
@@ -204,11 +205,44 @@ void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
   kill_issued_ = true;
   if (control_weakened("cgroup-kill")) {  // test build only: the main process alone is killed
     if (child_ && !exited_) child_->kill();
-  } else if (auto s = cgroup_->kill_all(); !s) {
-    log("killing the cgroup failed: " + s.error().message + "; signalling the main process");
-    if (child_ && !exited_) child_->kill();
+  } else {
+    kill_cgroup();
   }
   if (exited_) check_empty();
+}
+
+// The cgroup.kill write returns only once the kernel has signalled every task (2-42 ms for 1,000
+// on a loaded host; pure v1 freezes, kills and thaws for up to 2 s), so it runs on libuv's pool.
+// The emptiness poll sees the result; a failure signals the main process, as before. The job
+// ends only after the answer (maybe_end), so the cgroup outlives the write.
+void LinuxExecution::kill_cgroup() {
+  if (kill_in_flight_) return;  // that kill takes whatever the job has forked since
+  kill_in_flight_ = true;
+  auto cgroup = cgroup_;
+  auto result = std::make_shared<Status>();
+  std::weak_ptr<char> alive = alive_;
+  auto queued = reactor::run_on_pool(
+      loop_, [cgroup, result] { *result = cgroup->kill_all(); },
+      [this, cgroup, result, alive]() mutable {
+        if (alive.expired()) {
+          // Only a runner torn down with the job still running gets here; its reaper may be gone
+          // too, so what is left stays for the next start's recovery.
+          (void)cgroup->disown();
+          return;
+        }
+        kill_in_flight_ = false;
+        if (!*result) kill_failed(result->error().message);
+        maybe_end();
+      });
+  if (queued) return;
+  kill_in_flight_ = false;
+  log(queued.error().message + "; killing the cgroup on the loop");
+  if (auto s = cgroup_->kill_all(); !s) kill_failed(s.error().message);
+}
+
+void LinuxExecution::kill_failed(const std::string& why) {
+  log("killing the cgroup failed: " + why + "; signalling the main process");
+  if (child_ && !exited_) child_->kill();
 }
 
 void LinuxExecution::check_empty() {
@@ -259,7 +293,8 @@ void LinuxExecution::check_empty() {
 }
 
 void LinuxExecution::maybe_end() {
-  if (ended_ || !exited_ || !cgroup_empty_ || !output_.drained()) return;
+  // Not while a kill is on the pool: the job's end releases the cgroup that kill still uses.
+  if (ended_ || !exited_ || !cgroup_empty_ || kill_in_flight_ || !output_.drained()) return;
   ended_ = true;
   empty_poll_.close();
   sink_.execution_ended(end_state());

@@ -54,6 +54,8 @@ class LinuxExecution : public Execution {
   void watch_oom();
   // `woken`: by the watcher's fd (else a re-check after a wake-up without a kill yet).
   void on_oom_event(bool woken);
+  void kill_cgroup();
+  void kill_failed(const std::string& why);
   void check_empty();
   void maybe_end();
   ExecutionEnd end_state();
@@ -62,7 +64,9 @@ class LinuxExecution : public Execution {
   uv_loop_t* loop_;
   LinuxLaunch launch_;
   ExecutionSink& sink_;
-  std::unique_ptr<sandbox::JobCgroup> cgroup_;
+  // Shared with a kill on libuv's pool (kill_cgroup), so a job that ends meanwhile removes it
+  // only after the write (its last reference drops on the loop).
+  std::shared_ptr<sandbox::JobCgroup> cgroup_;
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;
@@ -74,6 +78,8 @@ class LinuxExecution : public Execution {
   bool cgroup_empty_ = false;
   std::optional<protocol::KillReason> killed_;
   bool kill_issued_ = false;
+  bool kill_in_flight_ = false;       // a cgroup kill on the pool has not answered yet
+  std::shared_ptr<char> alive_ = std::make_shared<char>();  // the pool's answer checks it
   int leftover_polls_ = 0;    // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill

@@ -67,6 +67,24 @@ TEST(CgroupReaper, KillsWhatABusyCgroupStillHoldsAndRemovesIt) {
   pid = -1;
 }
 
+// The common case at a job's end: its cgroup is empty already, and try_reap's first rmdir
+// removes it; a directory that is gone already counts as removed, not as an error.
+TEST(CgroupReaper, AnEmptyCgroupIsRemovedAtOnceAndAGoneOneCountsAsRemoved) {
+  const std::string root = exists("/sys/fs/cgroup/pids/cgroup.procs") ? "/sys/fs/cgroup/pids" : "/sys/fs/cgroup";
+  const std::string dir = root + "/motor-test-empty-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+  struct Cleanup {
+    const std::string& dir;
+    ~Cleanup() { rmdir(dir.c_str()); }
+  } cleanup{dir};
+  const auto remains = motor::sandbox::remains_of_dirs({dir}, "test cgroup");
+  std::string error;
+  EXPECT_TRUE(motor::sandbox::try_reap(remains, error)) << error;
+  EXPECT_FALSE(exists(dir)) << "the empty cgroup was removed by the one call";
+  EXPECT_TRUE(motor::sandbox::try_reap(remains, error)) << "gone already: " << error;
+  EXPECT_TRUE(error.empty()) << error;
+}
+
 // RAII: the owner only drops its JobCgroup; the process in it is killed and the cgroup removed.
 TEST(CgroupReaper, ADroppedJobCgroupIsKilledAndRemoved) {
   const std::string parent = "motor-test-reaper-" + std::to_string(getpid());

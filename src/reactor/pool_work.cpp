@@ -1,0 +1,36 @@
+#include "reactor/pool_work.hpp"
+
+#include <memory>
+#include <utility>
+
+#include "reactor/uv_handle.hpp"
+
+namespace motor::reactor {
+namespace {
+
+struct PoolWork {
+  uv_work_t req{};
+  std::function<void()> work, done;
+};
+
+}  // namespace
+
+Status run_on_pool(uv_loop_t* loop, std::function<void()> work, std::function<void()> done) {
+  auto job = std::make_unique<PoolWork>();
+  job->work = std::move(work);
+  job->done = std::move(done);
+  job->req.data = job.get();
+  const int rc = uv_queue_work(
+      loop, &job->req, [](uv_work_t* req) { static_cast<PoolWork*>(req->data)->work(); },
+      [](uv_work_t* req, int) {
+        std::unique_ptr<PoolWork> self(static_cast<PoolWork*>(req->data));
+        auto finish = std::move(self->done);
+        self.reset();
+        if (finish) finish();
+      });
+  if (auto s = uv_status(rc, "queueing work on libuv's pool"); !s) return s;
+  job.release();  // owned by its request until the loop has run `done`
+  return {};
+}
+
+}  // namespace motor::reactor
