@@ -168,8 +168,11 @@ void FillTipVerifier::store_success(const TipKey& key, int64_t now) {
 
 std::optional<std::string> FillTipVerifier::query_origin(const TipKey& key) {
   ++origin_queries_;
-  auto r = git({"-C", key.repository, "ls-remote", "--symref", key.origin_url, "HEAD"}, {"GIT_TERMINAL_PROMPT=0"});
+  GitIo io;
+  io.timeout_ms = kOriginQueryTimeoutMs;
+  auto r = git({"-C", key.repository, "ls-remote", "--symref", key.origin_url, "HEAD"}, {"GIT_TERMINAL_PROMPT=0"}, io);
   if (!r) return fmt::format("cannot ask origin {}: {}", key.origin_url, r.error().message);
+  if (r->timed_out) return fmt::format("origin {} did not answer within {} s", key.origin_url, kOriginQueryTimeoutMs / 1000);
   if (r->status != 0) {
     const auto first = lines_of(r->err);
     return fmt::format("origin {} did not answer (git ls-remote: {})", key.origin_url, first.empty() ? "failed" : first.front());

@@ -36,6 +36,8 @@ struct TipKey {
 
 inline constexpr int64_t kTipVerifiedMaxAgeS = 24 * 3600;
 inline constexpr int64_t kTipFailureQuietS = 60;
+// How long the origin gets to answer `git ls-remote`; past it the check fails like any failure.
+inline constexpr int kOriginQueryTimeoutMs = 5000;
 
 class FillTipVerifier {
  public:

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -73,14 +75,31 @@ Status feed(int fd, const std::string& input) {
   return {};
 }
 
-// Reads git's stdout and stderr to their ends, then waits for it.
-void collect(pid_t pid, int out_fd, int err_fd, GitRun& r) {
+// Milliseconds left until `deadline`, -1 (no bound) when there is none.
+int remaining_ms(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!deadline) return -1;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// Reads git's stdout and stderr to their ends, then waits for it. Past the deadline its process
+// group (git and what it started, ssh for one) is killed: an origin that never answers would
+// otherwise hold the caller forever.
+void collect(pid_t pid, int out_fd, int err_fd, int timeout_ms, GitRun& r) {
   pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout_ms > 0) deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
+    const int ready = poll(fds, 2, remaining_ms(deadline));
+    if (ready < 0) {
       if (errno == EINTR) continue;
+      break;
+    }
+    if (ready == 0) {
+      ::kill(-pid, SIGKILL);
+      r.timed_out = true;
       break;
     }
     for (int i = 0; i < 2; ++i) {
@@ -125,8 +144,16 @@ Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std
     posix_spawn_file_actions_adddup2(&fa, io.out_fd >= 0 ? io.out_fd : out[1], 1);
     posix_spawn_file_actions_adddup2(&fa, err[1], 2);
   }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (io.timeout_ms > 0) {
+    // Its own process group, so that a timeout kills what git started as well.
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  }
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, nullptr, argv.data(), env.data());
+  const int rc = posix_spawn(&pid, git_path().c_str(), &fa, &attr, argv.data(), env.data());
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   o_write.reset();
   e_write.reset();
@@ -141,7 +168,7 @@ Expected<GitRun> git(const std::vector<std::string>& args, const std::vector<std
     r.pid = pid;
     return r;
   }
-  collect(pid, o.get(), e.get(), r);
+  collect(pid, o.get(), e.get(), io.timeout_ms, r);
   return r;
 }
 

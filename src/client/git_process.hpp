@@ -14,6 +14,7 @@ struct GitRun {
   int status = -1;
   std::string out, err;
   pid_t pid = -1;  // a call started without waiting
+  bool timed_out = false;  // GitIo::timeout_ms passed: git (and its children) were killed
 };
 
 // What a git call reads and where its output goes (default: nothing in, stdout collected).
@@ -21,6 +22,7 @@ struct GitIo {
   std::string input;  // written to its stdin (small: it must fit the pipe buffer)
   int out_fd = -1;    // >= 0: its stdout goes there instead of being collected
   bool wait = true;   // false: start it and return; `pid` in the result, wait with reap()
+  int timeout_ms = -1;  // > 0: git runs in its own process group, killed whole after this long
 };
 
 // Runs git with the caller's environment plus `extra`; collects stdout and stderr.

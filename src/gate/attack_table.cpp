@@ -60,7 +60,7 @@ const std::vector<Attack> kAttacks = {
      .description = "hard-link a host file (world-writable, beside the workspace), /usr/bin/id and /etc/passwd into the "
                     "workspace",
      .probe = &probes::fs_hardlink, .steps = hardlink},
-    {.id = "write-caches", .control = "shared caches bound read-only",
+    {.id = "write-caches", .control = "shared caches under a private layer (read-only in effect)",
      .description = "create a file in each shared cache (cache_paths)", .needs = Needs::kCaches,
      .probe = &probes::write_caches, .steps = write_caches},
     // --- devices, processes, network ---------------------------------------------------------------

@@ -71,7 +71,9 @@ Verdict write_caches(AttackEnv& env, const Attack& a) {
   }
   if (!appeared.empty()) return through(fmt::format("the job created {} on the host (removed)", fmt::join(appeared, ", ")));
   std::vector<Expect> ex;
-  for (const auto& c : caches) ex.push_back({"create in " + c, {"EROFS"}});
+  // The create may succeed: a Linux job writes into its private layer over the cache
+  // (sandbox/overlay.hpp). What must hold is that nothing appeared on the host (checked above).
+  for (const auto& c : caches) ex.push_back({"create in " + c, {"OK*", "EROFS"}});
   return judge_lines(r, ex);
 }
 

@@ -120,7 +120,7 @@ void Runner::start_fill_job(Job& job, const PendingStart& pending) {
 void Runner::fill_sandbox(const FillStart& fill, sandbox::SandboxConfig& box) const {
   // The fill alone writes the shared caches; it reads the tree from the mirror.
   for (const auto& cache : config_.cache_paths) {
-    std::erase_if(box.read_only, [&](const sandbox::BindMount& b) { return b.source == cache; });
+    std::erase_if(box.overlaid, [&](const sandbox::BindMount& b) { return b.source == cache; });
     box.writable.push_back({cache, cache});
   }
   box.read_only.push_back({fill.mirror, kFillMirrorInJob});

@@ -46,9 +46,20 @@ std::optional<Refusal> job_sandbox_policy(const config::Config& config, const Jo
   box.user_name = who.account.name;
   box.group_name = who.group_name;
   box.init_path = who.init_path;
-  // Shared caches: read-only at their own paths.
+  // Shared caches: at their own paths under a private writable layer, shown as the job's own
+  // (their owner, motor-cache, idmapped to the job's account): nothing written reaches them, and a
+  // build writing there does not fail. Test build only: "readonly-caches" binds them writable.
   for (const auto& cache : config.cache_paths) {
-    (motor::control_weakened("readonly-caches") ? box.writable : box.read_only).push_back({cache, cache});
+    if (motor::control_weakened("readonly-caches")) {
+      box.writable.push_back({cache, cache});
+      continue;
+    }
+    sandbox::BindMount layer{cache, cache};
+    struct stat cst {};
+    if (lstat(cache.c_str(), &cst) == 0 && cst.st_uid != 0 && cst.st_uid != box.uid && cst.st_gid != 0) {
+      layer.idmap = sandbox::IdMap{cst.st_uid, box.uid, cst.st_gid, box.gid};
+    }
+    box.overlaid.push_back(std::move(layer));
   }
   if (motor::control_weakened("empty-root")) {
     // Test build only: host paths the empty root keeps out, bound read-only as a leaky bind list would.

@@ -13,6 +13,7 @@
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
+#include "sandbox/overlay.hpp"
 
 namespace motor::sandbox {
 namespace {
@@ -88,9 +89,11 @@ int place(const MountOp& op, int dir, int& fd) {
   const char* name = op.name.c_str();
   switch (op.kind) {
     case MountOpKind::kBind:
+    case MountOpKind::kOverlay:
     case MountOpKind::kMask:
     case MountOpKind::kFilesystem: {
-      const bool dir_target = op.kind == MountOpKind::kFilesystem || (op.kind == MountOpKind::kBind && op.source_is_dir);
+      const bool dir_target = op.kind == MountOpKind::kFilesystem || op.kind == MountOpKind::kOverlay ||
+                              (op.kind == MountOpKind::kBind && op.source_is_dir);
       if (dir_target) {
         if (mkdirat(dir, name, 0755) != 0 && errno != EEXIST) return errno;
       } else {
@@ -263,11 +266,12 @@ MountScratch make_mount_scratch(const MountPlan& plan) {
 namespace {
 
 // Step 2: every bind source captured now, as a detached copy of its mount tree with the final
-// flags, before anything is mounted over the host's paths.
+// flags, before anything is mounted over the host's paths. An overlay's lower is captured the
+// same way, then the overlay is made over it.
 int capture_bind_sources(const MountPlan& plan, MountScratch& scratch, const char*& stage) {
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const MountOp& op = plan.ops[i];
-    if (op.kind != MountOpKind::kBind) continue;
+    if (op.kind != MountOpKind::kBind && op.kind != MountOpKind::kOverlay) continue;
     stage = op.stage.c_str();
     const int src = openat2_host(op.source.c_str());
     if (src < 0) return errno;
@@ -288,6 +292,11 @@ int capture_bind_sources(const MountPlan& plan, MountScratch& scratch, const cha
       attr.userns_fd = static_cast<uint64_t>(op.idmap_userns->get());
     }
     if (mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) return errno;
+    if (op.kind == MountOpKind::kOverlay) {
+      const int lower = scratch.fds[i];
+      scratch.fds[i] = -1;
+      if (int e = make_overlay(op, lower, scratch.fds[i]); e != 0) return e;
+    }
   }
   return 0;
 }

@@ -26,6 +26,8 @@ enum class MountOpKind {
   kCharDevice,  // mknod S_IFCHR `device` with `mode`
   kMask,        // an existing file below another filesystem (procfs) covered by a read-only bind of
                 // the empty file `source` (a path inside the sandbox, placed by an earlier op)
+  kOverlay,     // a private writable layer over the host directory `source` (sandbox/overlay.hpp);
+                // `content` holds the upper tmpfs's size
 };
 
 struct MountOp {

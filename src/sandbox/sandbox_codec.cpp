@@ -146,6 +146,7 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box) {
   put_bind(w, box.workspace);
   put_binds(w, box.writable);
   put_binds(w, box.read_only);
+  put_binds(w, box.overlaid);
   w.num(box.tmp_size_bytes);
   w.str(box.tmp_source);
   w.num(box.shm_size_bytes);
@@ -170,6 +171,7 @@ bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
   box.workspace = get_bind(r);
   box.writable = get_binds(r);
   box.read_only = get_binds(r);
+  box.overlaid = get_binds(r);
   box.tmp_size_bytes = r.num();
   box.tmp_source = r.str();
   box.shm_size_bytes = r.num();

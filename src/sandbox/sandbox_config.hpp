@@ -41,7 +41,11 @@ struct SandboxConfig {
   std::vector<ToolchainPath> toolchain = default_toolchain_paths();  // read-only, nosuid, nodev
   BindMount workspace;                // writable, nosuid, nodev; required; also the job's $HOME in passwd
   std::vector<BindMount> writable;    // more writable binds (the workspace's target dir)
-  std::vector<BindMount> read_only;   // sibling workspaces, shared caches: read-only, nosuid, nodev
+  std::vector<BindMount> read_only;   // sibling workspaces: read-only, nosuid, nodev
+  // Shared caches: each under a private writable layer (sandbox/overlay.hpp), nosuid, nodev; the
+  // job's writes stay in it (capped at tmp_size_bytes each) and go with the job. `idmap` shows the
+  // shared tree as owned by the job's account, so that writing there never fails for permissions.
+  std::vector<BindMount> overlaid;
   uint64_t tmp_size_bytes = uint64_t{1} << 30;  // private /tmp tmpfs cap
   std::string tmp_source;             // a host directory bound writable at /tmp instead (Buildbarn's)
   uint64_t shm_size_bytes = uint64_t{64} << 20; // /dev/shm tmpfs cap

@@ -19,6 +19,7 @@
 #include "sandbox/git_file_masks.hpp"
 #include "sandbox/hostname.hpp"
 #include "sandbox/loopback.hpp"
+#include "sandbox/overlay.hpp"
 #include "sandbox/proc.hpp"
 
 namespace motor::sandbox {
@@ -76,6 +77,23 @@ Status add_bind(MountPlan& plan, const BindMount& bind, uint64_t attrs, const st
     if (!userns) return userns.error();
     plan.ops.back().idmap_userns = std::make_shared<const UniqueFd>(std::move(*userns));
     plan.ops.back().stage = "bind (idmapped) " + what + " " + bind.source + " at " + target;
+  }
+  return {};
+}
+
+// A shared directory under a private writable layer (sandbox/overlay.hpp).
+Status add_overlay(MountPlan& plan, const BindMount& bind, uint64_t upper_bytes) {
+  const std::string what = "overlaid path";
+  auto is_dir = host_source(bind.source, what);
+  if (!is_dir) return is_dir.error();
+  if (!*is_dir) return make_error("config", what + " " + bind.source + " is not a directory");
+  const std::string target = bind.target.empty() ? bind.source : bind.target;
+  if (auto st = check_bind_target(target, what); !st) return st;
+  plan.ops.push_back(overlay_op(bind.source, target, upper_bytes));
+  if (bind.idmap) {
+    auto userns = idmap_user_namespace(*bind.idmap);
+    if (!userns) return userns.error();
+    plan.ops.back().idmap_userns = std::make_shared<const UniqueFd>(std::move(*userns));
   }
   return {};
 }
@@ -227,6 +245,9 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   }
   for (const BindMount& bind : config.read_only) {
     if (auto st = add_bind(mounts, bind, kReadOnly, "read-only path"); !st) return st.error();
+  }
+  for (const BindMount& bind : config.overlaid) {
+    if (auto st = add_overlay(mounts, bind, config.tmp_size_bytes); !st) return st.error();
   }
   for (const auto& [path, text] : config.symlinks) mounts.ops.push_back(symlink_op(path, text));
   if (config.mask_special_git_files) {

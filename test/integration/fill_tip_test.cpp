@@ -227,6 +227,30 @@ TEST_P(FillTip, a_checkout_without_origin_has_no_tip_and_no_query) {
   EXPECT_TRUE(warnings_.empty());
 }
 
+// An origin that takes the connection and never says a word (a listening socket nobody reads:
+// the kernel completes the handshake). Without the bound on `git ls-remote` this test hangs.
+TEST(FillTipOrigin, an_origin_that_never_answers_fails_the_check_within_the_bound) {
+  MOTOR_REQUIRE(access("/usr/bin/git", X_OK) == 0, "git is installed by scripts/setup");
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_TRUE(listener && ::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+              ::listen(listener.get(), 4) == 0 && ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string base = make_temp_dir();
+  sh(base, git_init_script("clone") + " && git checkout -qb main && echo a > a && git add a && git commit -qm a"
+           " && git remote add origin git://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/x");
+  std::vector<std::string> warnings;
+  client::FillTipVerifier verifier(base + "/store", [] { return int64_t{1'700'000'000}; },
+                                   [&](const std::string& w) { warnings.push_back(w); });
+  EXPECT_FALSE(verifier.verify(base + "/clone").has_value());  // returns: the caller's run goes on
+  EXPECT_EQ(verifier.origin_queries(), 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("did not answer within"), std::string::npos) << warnings[0];
+  remove_tree(base);
+}
+
 INSTANTIATE_TEST_SUITE_P(Origins, FillTip, ::testing::Values(Transport::kFileUrl, Transport::kDaemonUrl),
                          [](const auto& p) { return p.param == Transport::kFileUrl ? "file" : "git_daemon"; });
 

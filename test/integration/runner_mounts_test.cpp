@@ -1,8 +1,11 @@
 // What a job sees besides its own workspace: shared caches and its caller's sibling workspaces,
-// both read-only, and nothing of anyone else's.
+// caches under a private writable layer, siblings read-only, and nothing of anyone else's.
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -11,13 +14,37 @@
 namespace motor::test {
 namespace {
 
+// Every entry under `dir` with its type, mode, owner, size and content: equal means unchanged.
+namespace fs = std::filesystem;
+
+std::string tree_listing(const std::string& dir) {
+  struct stat root {};
+  lstat(dir.c_str(), &root);
+  std::string out = fmt::format("{:o} {}:{}\n", root.st_mode, root.st_uid, root.st_gid);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    lstat(e.path().c_str(), &st);
+    out += fmt::format("{} {:o} {}:{} {}\n", e.path().string(), st.st_mode, st.st_uid, st.st_gid, st.st_size);
+    if (S_ISREG(st.st_mode)) out += read_file(e.path().string()) + "\n";
+  }
+  return out;
+}
+
 class RunnerMounts : public ::testing::Test {
  protected:
   void SetUp() override {
     MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root");
+    const passwd* cache_owner = getpwnam("motor-cache");
+    MOTOR_REQUIRE(cache_owner != nullptr, "scripts/setup creates motor-cache");
     cache_ = make_temp_dir();
     chmod(cache_.c_str(), 0755);
     write_file(cache_ + "/entry", "cached\n");
+    mkdir((cache_ + "/sub").c_str(), 0755);
+    write_file(cache_ + "/sub/deep", "deep\n");
+    // Owned as the fills leave it: by motor-cache (the job sees it as its own through the layer).
+    for (const std::string& p : {cache_, cache_ + "/entry", cache_ + "/sub", cache_ + "/sub/deep"}) {
+      ASSERT_EQ(lchown(p.c_str(), cache_owner->pw_uid, cache_owner->pw_gid), 0);
+    }
     runner_ = std::make_unique<RunnerProcess>(fmt::format("cache_paths = {}\n", cache_));
     ASSERT_TRUE(runner_->start()) << runner_->log();
   }
@@ -29,14 +56,21 @@ class RunnerMounts : public ::testing::Test {
   std::unique_ptr<RunnerProcess> runner_;
 };
 
-TEST_F(RunnerMounts, SharedCachesAreReadableAndNeverWritable) {
-  auto r = runner_->client({"run", "-c", fmt::format("cat {0}/entry; echo poison > {0}/entry; echo new > {0}/new", cache_)});
-  EXPECT_EQ(r.out, "cached\n");
-  EXPECT_NE(r.err.find("Read-only file system"), std::string::npos) << r.err;
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_EQ(read_file(cache_ + "/entry"), "cached\n");
-  struct stat st {};
-  EXPECT_NE(stat((cache_ + "/new").c_str(), &st), 0);
+// A caller's job writes into a shared cache as a build would (a new entry, an entry rewritten in
+// place, one replaced by rename): it succeeds, in its private layer (sandbox/overlay.hpp). The
+// shared cache is byte for byte as it was, the next job sees none of it, and no mount is left.
+TEST_F(RunnerMounts, CacheWritesSucceedInAPrivateLayerAndNeverReachTheSharedCache) {
+  const std::string before = tree_listing(cache_);
+  auto r = runner_->client({"run", "-c", fmt::format("cat {0}/entry && echo poison > {0}/entry && echo new > {0}/new && "
+                                                     "echo swapped > {0}/tmp && mv {0}/tmp {0}/sub/deep && cat {0}/entry {0}/new",
+                                                     cache_)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "cached\npoison\nnew\n");
+  EXPECT_EQ(tree_listing(cache_), before);  // control: without the layer, the job's writes land here
+  auto second = runner_->client({"run", "-c", fmt::format("cat {0}/entry {0}/sub/deep; test ! -e {0}/new && echo no-new", cache_)});
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, "cached\ndeep\nno-new\n");
+  EXPECT_EQ(read_file("/proc/self/mountinfo").find(cache_), std::string::npos);  // nothing mounted over it on the host
 }
 
 TEST_F(RunnerMounts, SiblingsAreReadOnlyAndOnlyTheCallersOwn) {

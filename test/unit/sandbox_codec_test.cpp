@@ -25,9 +25,9 @@ auto carried(const std::optional<JobNetworkPlan>& n) {
 // Every field of a SandboxConfig, by name: the structured binding fails to compile when one is
 // added or removed.
 auto fields(const SandboxConfig& box) {
-  const auto& [toolchain, workspace, writable, read_only, tmp_size_bytes, tmp_source, shm_size_bytes, hostname, uid, gid,
+  const auto& [toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname, uid, gid,
                user_name, group_name, init_path, network, deny_sockets, symlinks, mask_special_git_files] = box;
-  return std::make_tuple(toolchain, workspace, writable, read_only, tmp_size_bytes, tmp_source, shm_size_bytes, hostname,
+  return std::make_tuple(toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname,
                          uid, gid, user_name, group_name, init_path, carried(network), deny_sockets, symlinks,
                          mask_special_git_files);
 }
@@ -50,6 +50,8 @@ const std::vector<std::pair<const char*, std::function<void(SandboxConfig&)>>>& 
       {"writable", [](SandboxConfig& b) { b.writable = {BindMount("/t", "/workspace/target")}; }},
       {"read_only",
        [](SandboxConfig& b) { b.read_only = {BindMount("/a", ""), BindMount("/b", "/c", IdMap{1001, 1002, 1003, 1004})}; }},
+      {"overlaid",
+       [](SandboxConfig& b) { b.overlaid = {BindMount("/cache/a", ""), BindMount("/cache/b", "/b", IdMap{991, 1002, 992, 1004})}; }},
       {"tmp_size_bytes", [](SandboxConfig& b) { b.tmp_size_bytes = 12345; }},
       {"tmp_source", [](SandboxConfig& b) { b.tmp_source = "/var/tmp/bb"; }},
       {"shm_size_bytes", [](SandboxConfig& b) { b.shm_size_bytes = 678; }},
@@ -97,6 +99,7 @@ TEST(SandboxCodec, AFullyPopulatedConfigRoundTrips) {
   for (const auto& m : mutations()) m.second(box);
   EXPECT_EQ(fields(round_trip(box)), fields(box));
   EXPECT_EQ(round_trip(box).read_only.at(1).idmap, (IdMap{1001, 1002, 1003, 1004}));
+  EXPECT_EQ(round_trip(box).overlaid.at(1).idmap, (IdMap{991, 1002, 992, 1004}));
 }
 
 TEST(SandboxCodec, ATruncatedBodyIsRefused) {
