@@ -196,11 +196,16 @@ Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
   // A fill tip only for a trusted run whose workspace now holds exactly the tip's tree (the runner
   // builds it from there); an unverified one costs the run nothing (docs/compile-cache.md). Not
   // when nothing changed since the last sync: that one reported it, and this run starts no git.
+  // The local half first: a workspace that is not the local default tip's tree (an edited
+  // checkout, another branch: most runs) asks the origin nothing.
   if (!o.untrusted && !prepared->unchanged) {
-    auto tip = FillTipVerifier(fill_tip_store_dir()).verify(checkout->root);
-    if (tip && commit_tree(checkout->root, tip->commit) == prepared->tree_hash) {
-      out.fill_tip_branch = tip->branch;
-      out.fill_tip_commit = tip->commit;
+    auto local = local_tip(checkout->root);
+    if (local && commit_tree(checkout->root, local->commit) == prepared->tree_hash) {
+      auto tip = FillTipVerifier(fill_tip_store_dir()).verify(checkout->root);
+      if (tip && tip->commit == local->commit) {
+        out.fill_tip_branch = tip->branch;
+        out.fill_tip_commit = tip->commit;
+      }
     }
   }
   return out;
