@@ -281,10 +281,17 @@ TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
   ASSERT_GT(client, 0);
   ASSERT_FALSE(running_job(alice_).empty());
   std::this_thread::sleep_for(1s);  // some output has gone through
+  // The ssh is the child named ssh of a process named motor that carries the marker. (The pid
+  // found above may have been the client's fork before it exec'd ssh: it had the client's name
+  // and command line then, and is the ssh itself now.)
   int killed = 0;
   for (int i = 0; i < 100 && killed == 0; ++i) {  // (between exec and ssh, MOTOR_SSH_COMMAND's sh)
-    for (pid_t c : children_of(client)) {
-      if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
+    for (pid_t p : processes_with(marker)) {
+      if (comm_of(p) != "motor") continue;
+      client = p;
+      for (pid_t c : children_of(p)) {
+        if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
+      }
     }
     std::this_thread::sleep_for(10ms);
   }
