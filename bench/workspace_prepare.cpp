@@ -47,6 +47,88 @@ void sh(const std::string& script, const std::string& cwd = "/") {
   if (r.exit_code != 0) fmt::print(stderr, "setup failed: {}\n{}\n", script, r.err);
 }
 
+// `motor --socket S ARGS` from the checkout, with its own client cache: the time of the whole process.
+struct MotorCli {
+  const RunnerProcess& runner;
+  std::string repo;
+  double operator()(const std::vector<std::string>& args, const std::string& cache, CommandResult* out = nullptr) const {
+    std::vector<std::string> a{MOTOR_CLIENT_BIN, "--socket", runner.socket()};
+    a.insert(a.end(), args.begin(), args.end());
+    return timed_ms(a, {"XDG_CACHE_HOME=" + cache}, repo, out);
+  }
+};
+
+// 100 directories of 100 files of ~300 bytes, committed, and a .gitignore naming target/.
+void make_checkout(const std::string& repo) {
+  sh(fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
+                 "printf 'target/\\n' > .gitignore && for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
+                 "printf 'directory %s file %s %0280d\\n' $d $f 0 > d$d/f$f.txt; done; done && git add -A && "
+                 "git commit -qm tree",
+                 repo));
+}
+
+// Row 1: a fresh client cache, mirror and workspace each round, beside git clone and rsync.
+void first_prepare_row(const MotorCli& motor, const std::string& base, int n) {
+  std::vector<double> first_motor, first_clone, first_rsync, first_fetch, first_checkout;
+  for (int i = 0; i < n; ++i) {
+    const std::string cache = fmt::format("{}/cache-first-{}", base, i);
+    sh(fmt::format("rm -rf {}/mirrors/root", motor.runner.state_dir()));
+    CommandResult r;
+    first_motor.push_back(motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, cache, &r));
+    // "... (runner: fetch N ms, checkout M ms)"
+    if (auto at = r.out.find("fetch "); at != std::string::npos) first_fetch.push_back(std::atof(r.out.c_str() + at + 6));
+    if (auto at = r.out.find("checkout "); at != std::string::npos) first_checkout.push_back(std::atof(r.out.c_str() + at + 9));
+    motor({"workspace", "drop", fmt::format("first{}", i)}, cache);
+    first_clone.push_back(timed_ms({"/usr/bin/git", "clone", "-q", "--no-local", motor.repo, fmt::format("{}/clone{}", base, i)}));
+    first_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", motor.repo + "/", fmt::format("{}/rsync{}/", base, i)}));
+    sh(fmt::format("rm -rf {0}/clone{1} {0}/rsync{1}", base, i));
+  }
+  fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms); load average {}", n,
+             motor::test::read_file("/proc/loadavg"));
+  fmt::print("  first:       motor {:8.1f}   git clone --no-local {:8.1f}   rsync -a {:8.1f}   motor/rsync {:.2f}x (goal <= 2x)\n",
+             median(first_motor), median(first_clone), median(first_rsync), median(first_motor) / median(first_rsync));
+  fmt::print("               of which the runner's fetch {:.1f} and checkout {:.1f}\n", median(first_fetch),
+             median(first_checkout));
+}
+
+// Row 2: one workspace and one rsync copy, both up to date; then edit, sync, repeat.
+void incremental_row(const MotorCli& motor, const std::string& base, int n) {
+  const std::string cache = base + "/cache-incremental";
+  const std::string copy = base + "/copy/";
+  motor({"workspace", "prepare", "-w", "inc"}, cache);
+  timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", motor.repo + "/", copy});
+  std::vector<double> inc_motor, inc_rsync;
+  int64_t inc_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    sh(fmt::format("echo edit {} >> d50/f50.txt", i), motor.repo);
+    CommandResult r;
+    inc_motor.push_back(motor({"workspace", "prepare", "-w", "inc"}, cache, &r));
+    if (auto at = r.out.find(", "); at != std::string::npos) inc_bytes = std::atoll(r.out.c_str() + at + 2);
+    inc_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", motor.repo + "/", copy}));
+  }
+  fmt::print("  incremental: motor {:8.1f}   rsync -a (whole tree) {:8.1f}   motor/rsync {:.2f}x (goal <= 2x); "
+             "bundle {} bytes\n",
+             median(inc_motor), median(inc_rsync), median(inc_motor) / median(inc_rsync), inc_bytes);
+}
+
+// Row 3: a job in a workspace with and without 100,000 files in target/.
+void scan_row(const MotorCli& motor, const std::string& base, int n) {
+  const std::string cache = base + "/cache-incremental";
+  motor({"workspace", "prepare", "-w", "scan-big"}, cache);
+  motor({"workspace", "prepare", "-w", "scan-small"}, cache);
+  const std::string big = motor.runner.workspace("scan-big");
+  sh(fmt::format("mkdir -p {0}/target && cd {0}/target && for d in $(seq 1 100); do mkdir d$d; (cd d$d && "
+                 "seq 1 1000 | sed 's/$/.o/' | xargs touch); done && chown -R motor-job:motor-job {0}/target",
+                 big));
+  std::vector<double> scan_big, scan_small;
+  for (int i = 0; i < n; ++i) {
+    scan_big.push_back(motor({"run", "--no-sync", "-w", "scan-big", "-c", "true"}, cache));
+    scan_small.push_back(motor({"run", "--no-sync", "-w", "scan-small", "-c", "true"}, cache));
+  }
+  fmt::print("  job + scan:  100,000-file target/ {:8.1f}   no target/ {:8.1f}   difference {:.1f} ms\n", median(scan_big),
+             median(scan_small), median(scan_big) - median(scan_small));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,84 +140,18 @@ int main(int argc, char** argv) {
   const bool only_first = argc > 2 && std::strcmp(argv[2], "first") == 0;
   const std::string base = motor::test::make_temp_dir();
   const std::string repo = base + "/repo";
-  // 100 directories of 100 files of ~300 bytes, committed, and a .gitignore naming target/.
-  sh(fmt::format("git init -q {0} && cd {0} && git config user.name b && git config user.email b@b && "
-                 "printf 'target/\\n' > .gitignore && for d in $(seq 1 100); do mkdir d$d; for f in $(seq 1 100); do "
-                 "printf 'directory %s file %s %0280d\\n' $d $f 0 > d$d/f$f.txt; done; done && git add -A && "
-                 "git commit -qm tree",
-                 repo));
+  make_checkout(repo);
   RunnerProcess runner;
   if (!runner.start()) {
     fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
     return 1;
   }
-  const std::string client = MOTOR_CLIENT_BIN;
-  auto motor = [&](const std::vector<std::string>& args, const std::string& cache, CommandResult* out = nullptr) {
-    std::vector<std::string> a{client, "--socket", runner.socket()};
-    a.insert(a.end(), args.begin(), args.end());
-    return timed_ms(a, {"XDG_CACHE_HOME=" + cache}, repo, out);
-  };
-
-  std::vector<double> first_motor, first_clone, first_rsync, first_fetch, first_checkout;
-  for (int i = 0; i < n; ++i) {
-    const std::string cache = fmt::format("{}/cache-first-{}", base, i);
-    sh(fmt::format("rm -rf {}/mirrors/root", runner.state_dir()));
-    CommandResult r;
-    first_motor.push_back(motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, cache, &r));
-    // "... (runner: fetch N ms, checkout M ms)"
-    if (auto at = r.out.find("fetch "); at != std::string::npos) first_fetch.push_back(std::atof(r.out.c_str() + at + 6));
-    if (auto at = r.out.find("checkout "); at != std::string::npos) first_checkout.push_back(std::atof(r.out.c_str() + at + 9));
-    motor({"workspace", "drop", fmt::format("first{}", i)}, cache);
-    first_clone.push_back(timed_ms({"/usr/bin/git", "clone", "-q", "--no-local", repo, fmt::format("{}/clone{}", base, i)}));
-    first_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", fmt::format("{}/rsync{}/", base, i)}));
-    sh(fmt::format("rm -rf {0}/clone{1} {0}/rsync{1}", base, i));
+  const MotorCli motor{runner, repo};
+  first_prepare_row(motor, base, n);
+  if (!only_first) {
+    incremental_row(motor, base, n);
+    scan_row(motor, base, n);
   }
-
-  fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms); load average {}", n,
-             motor::test::read_file("/proc/loadavg"));
-  fmt::print("  first:       motor {:8.1f}   git clone --no-local {:8.1f}   rsync -a {:8.1f}   motor/rsync {:.2f}x (goal <= 2x)\n",
-             median(first_motor), median(first_clone), median(first_rsync), median(first_motor) / median(first_rsync));
-  fmt::print("               of which the runner's fetch {:.1f} and checkout {:.1f}\n", median(first_fetch),
-             median(first_checkout));
-  if (only_first) {
-    runner.stop();
-    motor::test::remove_tree(base);
-    return 0;
-  }
-
-  // Incremental: one workspace and one rsync copy, both up to date; then edit, sync, repeat.
-  const std::string cache = base + "/cache-incremental";
-  const std::string copy = base + "/copy/";
-  motor({"workspace", "prepare", "-w", "inc"}, cache);
-  timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", copy});
-  std::vector<double> inc_motor, inc_rsync;
-  int64_t inc_bytes = 0;
-  for (int i = 0; i < n; ++i) {
-    sh(fmt::format("echo edit {} >> d50/f50.txt", i), repo);
-    CommandResult r;
-    inc_motor.push_back(motor({"workspace", "prepare", "-w", "inc"}, cache, &r));
-    if (auto at = r.out.find(", "); at != std::string::npos) inc_bytes = std::atoll(r.out.c_str() + at + 2);
-    inc_rsync.push_back(timed_ms({"/usr/bin/rsync", "-a", "--exclude=.git", repo + "/", copy}));
-  }
-
-  // The scan: a job in a workspace with and without 100,000 files in target/.
-  motor({"workspace", "prepare", "-w", "scan-big"}, cache);
-  motor({"workspace", "prepare", "-w", "scan-small"}, cache);
-  const std::string big = runner.workspace("scan-big");
-  sh(fmt::format("mkdir -p {0}/target && cd {0}/target && for d in $(seq 1 100); do mkdir d$d; (cd d$d && "
-                 "seq 1 1000 | sed 's/$/.o/' | xargs touch); done && chown -R motor-job:motor-job {0}/target",
-                 big));
-  std::vector<double> scan_big, scan_small;
-  for (int i = 0; i < n; ++i) {
-    scan_big.push_back(motor({"run", "--no-sync", "-w", "scan-big", "-c", "true"}, cache));
-    scan_small.push_back(motor({"run", "--no-sync", "-w", "scan-small", "-c", "true"}, cache));
-  }
-
-  fmt::print("  incremental: motor {:8.1f}   rsync -a (whole tree) {:8.1f}   motor/rsync {:.2f}x (goal <= 2x); "
-             "bundle {} bytes\n",
-             median(inc_motor), median(inc_rsync), median(inc_motor) / median(inc_rsync), inc_bytes);
-  fmt::print("  job + scan:  100,000-file target/ {:8.1f}   no target/ {:8.1f}   difference {:.1f} ms\n", median(scan_big),
-             median(scan_small), median(scan_big) - median(scan_small));
   runner.stop();
   motor::test::remove_tree(base);
   return 0;
