@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "motor/sys_error.hpp"
+#include "motor/unique_fd.hpp"
 
 namespace motor {
 
@@ -48,6 +49,15 @@ Status write_file_atomically(const std::string& path, std::string_view text, mod
   ::close(dfd);
   if (r < 0) return sys_error("fsync " + dir, err);
   return {};
+}
+
+std::optional<std::string> read_small_file(const std::string& path, size_t max) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; out.size() < max && (n = ::read(fd.get(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
 }
 
 }  // namespace motor

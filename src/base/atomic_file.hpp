@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,5 +13,9 @@
 namespace motor {
 
 Status write_file_atomically(const std::string& path, std::string_view text, mode_t mode);
+
+// Reads back a small file such a write made (a record, a stamp): at most about `max` bytes, the
+// last path component not followed if it is a symlink; nullopt when it cannot be opened.
+std::optional<std::string> read_small_file(const std::string& path, size_t max = 65536);
 
 }  // namespace motor

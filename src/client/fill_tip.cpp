@@ -133,15 +133,7 @@ std::optional<FillTip> FillTipVerifier::verify(const std::string& repository_roo
 }
 
 bool FillTipVerifier::stored_success(const TipKey& key, int64_t now) const {
-  auto text = [&]() -> std::optional<std::string> {
-    const int fd = ::open(store_file(store_dir_, key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return std::nullopt;
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; out.size() < 65536 && (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-    return out;
-  }();
+  const auto text = read_small_file(store_file(store_dir_, key));
   const std::string expected = key.text();
   if (!text || !text->starts_with(expected)) return false;  // another key's file (a hash collision) or none
   std::string_view rest = std::string_view(*text).substr(expected.size());

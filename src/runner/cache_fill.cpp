@@ -26,16 +26,6 @@ Status make_dir(const std::string& path, mode_t mode) {
   return {};
 }
 
-std::string read_small(const std::string& path) {
-  std::string out;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return out;
-  char buf[4096];
-  for (ssize_t n; out.size() < 65536 && (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 std::string field_of(std::string_view text, std::string_view name) {
   const std::string key = std::string(name) + "=";
   for (size_t at = 0; at < text.size();) {
@@ -86,7 +76,7 @@ Status CacheFills::open() {
   while (dirent* e = ::readdir(d)) {
     const std::string_view name = e->d_name;
     if (!name.ends_with(kRecordSuffix)) continue;
-    const std::string text = read_small(root_ + "/targets/" + std::string(name));
+    const std::string text = read_small_file(root_ + "/targets/" + std::string(name)).value_or("");
     RepositoryFill fill;
     fill.caller = field_of(text, "caller");
     fill.repository_root = field_of(text, "repository_root");
