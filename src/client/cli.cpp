@@ -201,8 +201,7 @@ Expected<CliOptions> sync_checkout(const CliOptions& o, Connection& conn) {
   if (!o.untrusted && !prepared->unchanged) {
     auto local = local_tip(checkout->root);
     if (local && commit_tree(checkout->root, local->commit) == prepared->tree_hash) {
-      auto tip = FillTipVerifier(fill_tip_store_dir()).verify(checkout->root);
-      if (tip && tip->commit == local->commit) {
+      if (auto tip = FillTipVerifier(fill_tip_store_dir()).verify(*local)) {
         out.fill_tip_branch = tip->branch;
         out.fill_tip_commit = tip->commit;
       }

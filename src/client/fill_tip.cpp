@@ -118,18 +118,22 @@ FillTipVerifier::FillTipVerifier(std::string store_dir, Clock now, Warn warn)
 std::optional<FillTip> FillTipVerifier::verify(const std::string& repository_root) {
   auto key = local_tip(repository_root);
   if (!key) return std::nullopt;  // no origin or no default branch here: nothing to fill from
+  return verify(*key);
+}
+
+std::optional<FillTip> FillTipVerifier::verify(const TipKey& key) {
   const int64_t now = now_();
-  if (stored_success(*key, now)) return FillTip{key->branch, key->commit};
-  if (auto q = quiet_until_.find(key->text()); q != quiet_until_.end()) {
+  if (stored_success(key, now)) return FillTip{key.branch, key.commit};
+  if (auto q = quiet_until_.find(key.text()); q != quiet_until_.end()) {
     if (now < q->second) return std::nullopt;
     quiet_until_.erase(q);
   }
-  if (auto why = query_origin(*key)) {
-    fail(*key, now, *why);
+  if (auto why = query_origin(key)) {
+    fail(key, now, *why);
     return std::nullopt;
   }
-  store_success(*key, now);
-  return FillTip{key->branch, key->commit};
+  store_success(key, now);
+  return FillTip{key.branch, key.commit};
 }
 
 bool FillTipVerifier::stored_success(const TipKey& key, int64_t now) const {

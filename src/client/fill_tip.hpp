@@ -50,6 +50,8 @@ class FillTipVerifier {
   // The verified tip of the checkout at `repository_root`, or nullopt (no fill: the job runs as
   // it would without one).
   std::optional<FillTip> verify(const std::string& repository_root);
+  // The same for a local tip already read (`local_tip`): no local git process again.
+  std::optional<FillTip> verify(const TipKey& key);
 
   int origin_queries() const { return origin_queries_; }  // ls-remote calls made (tests)
 
