@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "bwrap_peer.hpp"
+#include "runner_bench.hpp"
 #include "stats.hpp"
 #include "support/runner_harness.hpp"
 
@@ -86,19 +87,14 @@ double drained_seconds(const std::vector<std::string>& args, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    fmt::print(stderr, "run as root: the benchmark starts a runner\n");
-    return 1;
-  }
-  const int runs = argc > 1 ? std::atoi(argv[1]) : 5;
+  const auto rounds = motor::bench::rounds_to_run(argc, argv, 5);
+  if (!rounds) return 1;
+  const int runs = *rounds;
   const uint64_t mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 256;
   const uint64_t bytes = mib << 20;
   // The job's whole output fits the log: a follower that falls behind is never cut short.
   motor::test::RunnerProcess runner(fmt::format("job_log_max_size = {}M\n", mib * 2 + 64));
-  if (!runner.start()) {
-    fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
-    return 1;
-  }
+  if (!motor::bench::start_runner(runner)) return 1;
   const std::string outside = motor::test::make_temp_dir();  // no checkout: nothing to sync
   // 1 MiB writes: the peer is bounded by the pipe, not by its writer's block size.
   const std::vector<std::string> job = {"/usr/bin/dd", "if=/dev/zero", "bs=1M", "count=" + std::to_string(mib), "status=none"};

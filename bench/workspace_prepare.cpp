@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "runner_bench.hpp"
 #include "stats.hpp"
 #include "support/runner_harness.hpp"
 
@@ -132,20 +133,15 @@ void scan_row(const MotorCli& motor, const std::string& base, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    fmt::print(stderr, "run as root: the benchmark starts a runner\n");
-    return 1;
-  }
-  const int n = argc > 1 ? std::atoi(argv[1]) : 5;
+  const auto rounds = motor::bench::rounds_to_run(argc, argv, 5);
+  if (!rounds) return 1;
+  const int n = *rounds;
   const bool only_first = argc > 2 && std::strcmp(argv[2], "first") == 0;
   const std::string base = motor::test::make_temp_dir();
   const std::string repo = base + "/repo";
   make_checkout(repo);
   RunnerProcess runner;
-  if (!runner.start()) {
-    fmt::print(stderr, "runner did not start:\n{}\n", runner.log());
-    return 1;
-  }
+  if (!motor::bench::start_runner(runner)) return 1;
   const MotorCli motor{runner, repo};
   first_prepare_row(motor, base, n);
   if (!only_first) {
