@@ -20,19 +20,25 @@ inline Status uv_status(int rc, const std::string& what) {
 template <typename T>
 class UvHandle {
  public:
-  UvHandle() : h_(new T{}) {}
+  UvHandle() = default;
   UvHandle(const UvHandle&) = delete;
   UvHandle& operator=(const UvHandle&) = delete;
   ~UvHandle() { close(); }
 
-  T* get() const { return h_; }
-  T* operator->() const { return h_; }
-  uv_handle_t* handle() const { return reinterpret_cast<uv_handle_t*>(h_); }
-  uv_stream_t* stream() const { return reinterpret_cast<uv_stream_t*>(h_); }
+  // The handle, allocated on first use: after close() the next use takes a fresh one, so an
+  // owner can init it again (a timer armed, closed and armed again; a null handle crashed
+  // uv_timer_init when a systemd unit's removal came before its entry's exit).
+  T* get() const {
+    if (!h_) h_ = new T{};
+    return h_;
+  }
+  T* operator->() const { return get(); }
+  uv_handle_t* handle() const { return reinterpret_cast<uv_handle_t*>(get()); }
+  uv_stream_t* stream() const { return reinterpret_cast<uv_stream_t*>(get()); }
 
   // Call after a successful uv_*_init: from then on the handle must be closed through libuv.
   void initialized(void* owner) {
-    h_->data = owner;
+    get()->data = owner;
     live_ = true;
   }
   bool live() const { return h_ && live_; }
@@ -42,7 +48,7 @@ class UvHandle {
   // the libuv code: a failed init leaves nothing to close.
   template <typename Init, typename... Args>
   int init(void* owner, Init init_fn, uv_loop_t* loop, Args... args) {
-    const int rc = init_fn(loop, h_, args...);
+    const int rc = init_fn(loop, get(), args...);
     if (rc == 0) initialized(owner);
     return rc;
   }
@@ -62,7 +68,7 @@ class UvHandle {
   }
 
  private:
-  T* h_;
+  mutable T* h_ = nullptr;
   bool live_ = false;
 };
 

@@ -310,13 +310,16 @@ void SystemdExecution::on_exited(int wait_status, int64_t oom_kills) {
   oom_kills_ = oom_kills;
   if (oom_kills > 0) log_job(launch_.job_id, "OOM kill in {}: the job hit its memory limit of {} bytes", unit_, launch_.memory_bytes);
   sink_.execution_exited();
-  int rc = gone_poll_.init(this, uv_timer_init, loop_);
-  if (rc == 0) {
-    rc = uv_timer_start(gone_poll_.get(), [](uv_timer_t* h) {
-      if (auto* self = reactor::owner_of<SystemdExecution>(h)) self->poll_unit();
-    }, kGonePollMs, kGonePollMs);
+  // The unit's removal can come first (a StopUnit, then the entry's socket closing).
+  if (!gone_) {
+    int rc = gone_poll_.init(this, uv_timer_init, loop_);
+    if (rc == 0) {
+      rc = uv_timer_start(gone_poll_.get(), [](uv_timer_t* h) {
+        if (auto* self = reactor::owner_of<SystemdExecution>(h)) self->poll_unit();
+      }, kGonePollMs, kGonePollMs);
+    }
+    if (auto s = reactor::uv_status(rc, "the timer that looks the unit up"); !s) log_job(launch_.job_id, "{}", s.error().message);
   }
-  if (auto s = reactor::uv_status(rc, "the timer that looks the unit up"); !s) log_job(launch_.job_id, "{}", s.error().message);
   maybe_end();
 }
 
