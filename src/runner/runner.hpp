@@ -16,6 +16,7 @@
 #include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/stall_meter.hpp"
+#include "reactor/turns_per_iteration.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
@@ -91,6 +92,10 @@ class Runner : public JobHost, private AdmissionHost {
   // stream record goes out, and the clients that read nothing are cut off (they reattach).
   void buffered_changed(int64_t delta);
   bool buffered_has_room() const { return buffered_bytes_ < config_.client_buffer_total_bytes; }
+  // At most kRequestsPerIteration requests are answered per loop iteration, all sessions
+  // together: a session past that waits, and is served on in a later iteration (in turn).
+  bool take_request_turn() { return request_turns_.take(); }
+  void await_request_turn(Session& session);
   // A job has followers to feed: they are fed a slice per loop iteration (fan-out in slices).
   void schedule_fan_out(const std::string& job_id) override;
 
@@ -257,6 +262,10 @@ class Runner : public JobHost, private AdmissionHost {
   std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)
+  // Twenty exec.run read in one poll cost 4-6 ms of the loop's CPU at once (each makes its job's
+  // log, queues it and encodes its row); four per iteration keep an iteration near 1 ms.
+  static constexpr size_t kRequestsPerIteration = 4;
+  reactor::TurnsPerIteration request_turns_{loop_, kRequestsPerIteration};
   // The sessions of this account (uid), or of this bridged caller, that count against
   // max_sessions_per_uid; 0 if none.
   size_t sessions_of(const Session& session) const;
