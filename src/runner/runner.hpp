@@ -27,6 +27,7 @@
 #include "runner/job.hpp"
 #include "runner/systemd_units.hpp"
 #include "sandbox/job_starter.hpp"
+#include "runner/job_log_stock.hpp"
 #include "runner/job_table.hpp"
 #include "runner/method_table.hpp"
 #include "runner/notify.hpp"
@@ -78,7 +79,7 @@ class Runner : public JobHost, private AdmissionHost {
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
   // Where a job's record lives and how it is bounded.
   RecordSettings record_settings(const std::string& job_id) const {
-    return RecordSettings{job_dir(job_id), config_.job_log_max_bytes, config_.stalled_client_timeout_s};
+    return RecordSettings{job_dir(job_id), config_.job_log_max_bytes, config_.stalled_client_timeout_s, log_stock_.get()};
   }
 
   // From sessions (runner_sessions.cpp).
@@ -246,6 +247,9 @@ class Runner : public JobHost, private AdmissionHost {
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
+  // New jobs' logs, made ahead on libuv's pool (a burst of twenty exec.run takes them all).
+  static constexpr size_t kReadyJobLogs = 32;
+  std::unique_ptr<JobLogStock> log_stock_;  // from start() on
   JobTable jobs_;
   Admission admission_;
   int64_t memory_budget_ = 0;  // host memory minus the reserve
