@@ -38,7 +38,8 @@ class LinuxExecution : public Execution {
   LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink);
   ~LinuxExecution() override;
 
-  // Creates the cgroup and asks the starter to spawn `box`. On error nothing is left.
+  // Creates the cgroup (on libuv's pool) and then asks the starter to spawn `box`. An error
+  // returned here or reported later (ExecutionSink::execution_start_failed) leaves nothing.
   Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
 
   void kill(std::optional<protocol::KillReason> why) override;
@@ -46,6 +47,8 @@ class LinuxExecution : public Execution {
   void release() override;
 
  private:
+  // With its cgroup made: the job's pipes, and the starter asked to spawn it.
+  Status spawn(std::unique_ptr<sandbox::JobCgroup> cgroup);
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes
   void on_start_failed(const std::string& why);   // the job ends as refused
@@ -67,6 +70,9 @@ class LinuxExecution : public Execution {
   // Shared with a kill on libuv's pool (kill_cgroup), so a job that ends meanwhile removes it
   // only after the write (its last reference drops on the loop).
   std::shared_ptr<sandbox::JobCgroup> cgroup_;
+  bool creating_cgroup_ = false;  // on libuv's pool; the spawn waits for it
+  sandbox::Starter* starter_ = nullptr;
+  sandbox::SandboxConfig box_;  // what the spawn asks for, once the cgroup is made
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   pid_t pid_ = -1;

@@ -33,16 +33,29 @@ bool read_exact(int fd, uint64_t offset, char* buf, size_t n) {
 
 std::string JobLog::segment_path(uint64_t id) const { return fmt::format("{}/log.{}", dir_, id); }
 
-Status JobLog::start_segment(uint64_t id, int64_t first_seq) {
+Status JobLog::start_segment(uint64_t id, int64_t first_seq, bool create) {
   const std::string path = segment_path(id);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
-  if (fd < 0) return sys_error("creating " + path);
+  const int flags = O_RDWR | O_CLOEXEC | O_APPEND | (create ? O_CREAT | O_TRUNC : 0);
+  int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0) return sys_error((create ? "creating " : "opening ") + path);
   Segment seg;
   seg.id = id;
   seg.first_seq = first_seq;
   seg.fd = UniqueFd(fd);
   segments_.push_back(std::move(seg));
   return {};
+}
+
+Status JobLog::make_empty(const std::string& dir) {
+  auto log = create(dir, 0);  // its fd closes here
+  if (!log) return log.error();
+  return {};
+}
+
+Expected<JobLog> JobLog::adopt(const std::string& dir, int64_t max_bytes) {
+  JobLog log(dir, max_bytes);
+  if (auto s = log.start_segment(0, 1, false); !s) return s.error();
+  return log;
 }
 
 const JobLog::Segment* JobLog::find(uint64_t id) const {

@@ -36,6 +36,11 @@ class JobLog {
 
   // Creates `dir` (mode 0700) and an empty log in it.
   static Expected<JobLog> create(const std::string& dir, int64_t max_bytes);
+  // Makes `dir` (mode 0700) an empty log's directory, for adopt() later (JobLogStock: ahead
+  // of time, on libuv's pool). Holds no fd.
+  static Status make_empty(const std::string& dir);
+  // The empty log make_empty() made in `dir` (renamed there since), open for appending.
+  static Expected<JobLog> adopt(const std::string& dir, int64_t max_bytes);
   // Opens an existing log after a restart (rebuilds seq numbers by scanning headers; a torn
   // tail is cut off). Not `writable`: read-only, for a replay of a finished job (nothing cut).
   static Expected<JobLog> open(const std::string& dir, int64_t max_bytes, bool writable = true);
@@ -67,7 +72,8 @@ class JobLog {
   };
   JobLog(std::string dir, int64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
   std::string segment_path(uint64_t id) const;
-  Status start_segment(uint64_t id, int64_t first_seq);
+  // Opens segment `id` (made, and emptied, if `create`) for appending.
+  Status start_segment(uint64_t id, int64_t first_seq, bool create = true);
   const Segment* find(uint64_t id) const;
 
   std::string dir_;

@@ -10,6 +10,7 @@
 #include "protocol/messages.hpp"
 #include "protocol/output_frame.hpp"
 #include "base/log.hpp"
+#include "runner/job_log_stock.hpp"
 #include "runner/session.hpp"
 
 namespace motor::runner {
@@ -61,7 +62,8 @@ JobRecord::JobRecord(RecordHost& host, std::string job_id, RecordSettings settin
     : host_(host), job_id_(std::move(job_id)), settings_(std::move(settings)) {}
 
 Status JobRecord::create() {
-  auto log = JobLog::create(settings_.dir, settings_.log_max_bytes);
+  auto log = settings_.log_stock ? settings_.log_stock->create(settings_.dir, settings_.log_max_bytes)
+                                 : JobLog::create(settings_.dir, settings_.log_max_bytes);
   if (!log) return log.error();
   log_.emplace(std::move(*log));
   return {};

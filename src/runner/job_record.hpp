@@ -31,10 +31,13 @@ class RecordHost {
   virtual void schedule_fan_out(const std::string& job_id) = 0;
 };
 
+class JobLogStock;
+
 struct RecordSettings {
   std::string dir;  // the job's history directory
   int64_t log_max_bytes = 0;
   int64_t stalled_client_timeout_s = 0;  // a follower that reads nothing this long is dropped
+  JobLogStock* log_stock = nullptr;  // where a new log comes from (else it is made on the spot)
 };
 
 // Removes a job's history directory (flat: log segments and a side file).

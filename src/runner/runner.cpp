@@ -136,6 +136,9 @@ Status Runner::start() {
   state_dir_lock_ = std::move(*state_lock);
   remove_interrupted_saves(config_.state_dir);
   if (auto s = make_dir(config_.state_dir + "/jobs", 0700); !s) return s;
+  // New jobs' logs, made ahead on libuv's pool (job_log_stock.hpp) on the jobs' filesystem.
+  log_stock_ = std::make_unique<JobLogStock>(loop_, config_.state_dir + "/ready-logs", kReadyJobLogs);
+  log_stock_->refill();
 
   auto cgroups = open_cgroups(config_, cgroup_reaper_, cgroup_parent_lock_);
   if (!cgroups) return cgroups.error();

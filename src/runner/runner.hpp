@@ -16,6 +16,7 @@
 #include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/stall_meter.hpp"
+#include "reactor/turns_per_iteration.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
@@ -26,6 +27,7 @@
 #include "runner/job.hpp"
 #include "runner/systemd_units.hpp"
 #include "sandbox/job_starter.hpp"
+#include "runner/job_log_stock.hpp"
 #include "runner/job_table.hpp"
 #include "runner/method_table.hpp"
 #include "runner/notify.hpp"
@@ -77,7 +79,7 @@ class Runner : public JobHost, private AdmissionHost {
   std::string job_dir(const std::string& job_id) const { return config_.state_dir + "/jobs/" + job_id; }
   // Where a job's record lives and how it is bounded.
   RecordSettings record_settings(const std::string& job_id) const {
-    return RecordSettings{job_dir(job_id), config_.job_log_max_bytes, config_.stalled_client_timeout_s};
+    return RecordSettings{job_dir(job_id), config_.job_log_max_bytes, config_.stalled_client_timeout_s, log_stock_.get()};
   }
 
   // From sessions (runner_sessions.cpp).
@@ -91,6 +93,10 @@ class Runner : public JobHost, private AdmissionHost {
   // stream record goes out, and the clients that read nothing are cut off (they reattach).
   void buffered_changed(int64_t delta);
   bool buffered_has_room() const { return buffered_bytes_ < config_.client_buffer_total_bytes; }
+  // At most kRequestsPerIteration requests are answered per loop iteration, all sessions
+  // together: a session past that waits, and is served on in a later iteration (in turn).
+  bool take_request_turn() { return request_turns_.take(); }
+  void await_request_turn(Session& session);
   // A job has followers to feed: they are fed a slice per loop iteration (fan-out in slices).
   void schedule_fan_out(const std::string& job_id) override;
 
@@ -241,6 +247,9 @@ class Runner : public JobHost, private AdmissionHost {
   reactor::UvHandle<uv_timer_t> shutdown_timer_;
   reactor::UvHandle<uv_check_t> saver_;  // runs after the iteration's I/O callbacks
   bool save_pending_ = false;
+  // New jobs' logs, made ahead on libuv's pool (a burst of twenty exec.run takes them all).
+  static constexpr size_t kReadyJobLogs = 32;
+  std::unique_ptr<JobLogStock> log_stock_;  // from start() on
   JobTable jobs_;
   Admission admission_;
   int64_t memory_budget_ = 0;  // host memory minus the reserve
@@ -257,6 +266,10 @@ class Runner : public JobHost, private AdmissionHost {
   std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)
+  // Twenty exec.run read in one poll cost 4-6 ms of the loop's CPU at once (each makes its job's
+  // log, queues it and encodes its row); four per iteration keep an iteration near 1 ms.
+  static constexpr size_t kRequestsPerIteration = 4;
+  reactor::TurnsPerIteration request_turns_{loop_, kRequestsPerIteration};
   // The sessions of this account (uid), or of this bridged caller, that count against
   // max_sessions_per_uid; 0 if none.
   size_t sessions_of(const Session& session) const;

@@ -217,6 +217,12 @@ void Runner::session_closed(Session& session) {
   if (shutting_down_ && sessions_.empty() && jobs_.running() == 0) uv_stop(loop_);
 }
 
+void Runner::await_request_turn(Session& session) {
+  request_turns_.wait([this, sid = session.id()] {
+    if (Session* s = find_session(sid)) s->turn_came();  // else it closed meanwhile
+  });
+}
+
 void Runner::session_drained(Session& session) {
   for (const auto& id : std::vector<std::string>(session.followed_jobs())) {
     if (Job* job = jobs_.find(id)) job->session_drained(session);

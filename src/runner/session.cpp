@@ -122,8 +122,15 @@ void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
 }
 
 void Session::serve_pending() {
+  if (awaiting_turn_) return;  // turn_came() serves on
   // Replies wait while all clients together are at client_buffer_total, as stream records do.
   while (!pending_.empty() && !closing_ && !close_when_flushed_ && in_flight_ < room_bytes_ && runner_.buffered_has_room()) {
+    // A few requests per loop iteration, all sessions together (Runner::take_request_turn).
+    if (!runner_.take_request_turn()) {
+      awaiting_turn_ = true;
+      runner_.await_request_turn(*this);
+      break;
+    }
     const std::string frame = std::move(pending_.front());
     pending_.pop_front();
     runner_.handle_frame(*this, frame);
@@ -144,6 +151,11 @@ void Session::serve_pending() {
     return;
   }
   start_reading();
+}
+
+void Session::turn_came() {
+  awaiting_turn_ = false;
+  serve_pending();
 }
 
 void Session::send(std::string json, bool sensitive) {

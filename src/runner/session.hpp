@@ -80,6 +80,8 @@ class Session {
   uint64_t last_read_by_client_ms() const { return last_drained_ms_; }
   // Answers requests read while the total had no room (Runner: the total has room again).
   void resume() { serve_pending(); }
+  // This iteration has a request turn for the session again (Runner::await_request_turn).
+  void turn_came();
   // Nothing to wait for: no frame begun, nothing in flight, no reply owed, no job followed.
   bool quiet() const {
     return frame_begun_ms_ == 0 && in_flight_ == 0 && owed_replies_ == 0 && followed_.empty() && pending_.empty();
@@ -111,6 +113,7 @@ class Session {
   std::deque<std::string> pending_;     // frames read and not answered yet
   std::optional<Error> framing_error_;  // answered after pending_, then the session closes
   bool reading_ = false;
+  bool awaiting_turn_ = false;  // the iteration's request turns ran out: turn_came() serves on
   uint64_t frame_begun_ms_ = 0, last_received_ms_ = 0, last_drained_ms_ = 0;
   int owed_replies_ = 0;
   // One read buffer for all sessions: a read is consumed before the next one starts, and an

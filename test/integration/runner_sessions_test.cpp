@@ -433,3 +433,35 @@ TEST_F(RunnerSessions, AFanOutIsFedInSlices) {
 
 }  // namespace
 }  // namespace motor::test
+
+namespace motor::test {
+namespace {
+
+// A burst read in one poll is answered a few requests per loop iteration (reactor::
+// TurnsPerIteration, core test CoreTurns): what waits is still answered, each session's replies
+// in the order it sent its requests, whatever the others send meanwhile.
+TEST_F(RunnerSessions, ABurstOfRequestsIsAnsweredInOrderAFewPerLoopIteration) {
+  auto runner = start_runner("max_running_jobs = 64\n");
+  ASSERT_TRUE(runner);
+  RawClient pipelined(runner->socket());
+  std::vector<std::unique_ptr<RawClient>> runs;
+  for (int i = 0; i < 20; ++i) runs.push_back(std::make_unique<RawClient>(runner->socket()));
+  std::string burst;
+  for (int id = 1; id <= 30; ++id) burst += protocol_frame(fmt::format(R"({{"id":{},"method":"runner.hello"}})", id));
+  ASSERT_TRUE(pipelined.send_bytes(burst));  // thirty requests in one write
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(runs[static_cast<size_t>(i)]->send_frame(run_frame(i, "echo ran", false)));
+  for (int id = 1; id <= 30; ++id) {
+    auto reply = pipelined.read_frame();
+    ASSERT_TRUE(reply) << "request " << id << " was not answered";
+    EXPECT_EQ(json_field(*reply, "/id"), std::to_string(id)) << *reply;
+  }
+  for (auto& c : runs) {
+    const auto frames = read_until_terminal(*c);
+    ASSERT_FALSE(frames.empty());
+    EXPECT_EQ(json_field(frames.front(), "/type"), "accepted") << frames.front();
+    EXPECT_EQ(json_field(frames.back(), "/outcome/code"), "0") << frames.back();
+  }
+}
+
+}  // namespace
+}  // namespace motor::test
