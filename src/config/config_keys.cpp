@@ -355,7 +355,8 @@ const KeySpec kHostKeys[] = {
     {"cache_sweep_interval_s", "", "seconds", Reload::kRestart, false,
      "",
      "How often the compile cache is measured (a `du` child, off the loop) and "
-     "`cache_max_size` and `cache_max_age_s` applied; also after each fill. 1 to a day.",
+     "`cache_max_size` and `cache_max_age_s` applied; also after each fill and on "
+     "`motor cache status`. 1 to a day.",
      [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 24 * 3600, c.cache_sweep_interval_s); },
      [](const Config& c) -> std::string { return std::to_string(c.cache_sweep_interval_s); }},
     {"bb_build_directory", "", "path", Reload::kRestart, false,

@@ -1,10 +1,10 @@
-// The compile cache's sweeps (docs/compile-cache.md,
+// The compile cache's sweeps, `cache.status` and `cache.clear` (docs/compile-cache.md,
 // "Eviction, status and clear"). A sweep measures `<state_dir>/cache/fills/*`, `targets/*.*` and
 // the shared `cache_paths` with one `du` child (off the loop), then, on the loop and against the
 // fills as they are by then, applies cache_max_size and cache_max_age_s (plan_evictions): what
 // goes is renamed into `trash/` at once (so exec.status is truthful from that moment) and removed
-// by an `rm -rf` child. Sweeps run every cache_sweep_interval_s and after each fill; one at a
-// time (a request during one gets the next).
+// by an `rm -rf` child. Sweeps run every cache_sweep_interval_s, after each fill, and for each
+// `cache.status`; one at a time (a request during one gets the next).
 #include <sys/stat.h>
 #include <unistd.h>
 

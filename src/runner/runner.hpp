@@ -119,7 +119,7 @@ class Runner : public JobHost, private AdmissionHost {
   // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
   workspace::Workspaces* workspaces() { return workspaces_.get(); }
   // A job or workspace starts from the repository's published warm target: marked used now, and
-  // kept from eviction while the returned use is held (cache_sweep.cpp).
+  // kept from eviction and `motor cache clear` while the returned use is held (cache_sweep.cpp).
   TargetUses::Use warm_target_used(const std::string& caller, const std::string& repository_root);
 
  private:
@@ -194,13 +194,18 @@ class Runner : public JobHost, private AdmissionHost {
   sandbox::Account cache_account_;  // motor-cache: fills run as it
   std::string cache_group_name_;
   std::string rustc_version_;  // `rustc --version` as the runner found it at start ("" = none)
-  // Eviction (cache_sweep.cpp).
+  // Eviction and `motor cache status|clear` (cache_sweep.cpp, cache_requests.cpp).
   Status start_cache_sweeps();
   void sweep_cache(std::function<void()> then = nullptr);
   void cache_measured(workspace::ChildResult r);
   std::vector<CacheItem> cache_items(const std::vector<MeasuredPath>& measured) const;
   bool evict_cache_item(const CacheItem& item);  // renamed into trash/, removed by a child
   void remove_cache_trash(const std::string& relative_glob);
+  void clear_cache_of(const std::string& name);
+  bool refuse_unless_operator(Session& session, const protocol::Request& r);
+  void handle_cache_status(Session& session, const protocol::Request& request);
+  void handle_cache_clear(Session& session, const protocol::Request& request);
+  void write_cache_status(protocol::JsonWriter& w, int64_t now_ms) const;
   TargetUses target_uses_;
   reactor::UvHandle<uv_timer_t> cache_sweep_timer_;
   bool cache_sweeping_ = false, cache_sweep_again_ = false;

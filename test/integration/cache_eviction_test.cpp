@@ -1,4 +1,4 @@
-// Eviction of the compile cache through a real
+// Eviction of the compile cache and `motor cache status|clear`, through a real
 // runner, real fills as motor-cache and the real `motor` (docs/compile-cache.md, "Eviction, status
 // and clear"). Small limits stand in for a clock: cache_max_age_s = 2 with a sweep every second,
 // cache_max_size = 1K so that any fill is over it.
@@ -21,6 +21,8 @@
 
 namespace motor::test {
 namespace {
+
+constexpr uid_t kCallerUid = 4243;  // an allowed account that is not the operator
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -54,10 +56,11 @@ class CacheEviction : public ::testing::Test {
   // A fill that leaves a 1 MiB target after `delay_s` seconds.
   void start_runner(const std::string& limits, int delay_s = 0) {
     const std::string fill = fmt::format("sleep {}; head -c 1048576 /dev/zero > $CARGO_TARGET_DIR/blob", delay_s);
-    runner_ = std::make_unique<RunnerProcess>(fmt::format("cache_paths = {}/shared\ncache_fill_command = {}\n"
+    runner_ = std::make_unique<RunnerProcess>(fmt::format("allowed_uids = 0, {}\ncache_paths = {}/shared\ncache_fill_command = {}\n"
                                                           "cache_sweep_interval_s = 1\n{}",
-                                                          base_, fill, limits));
+                                                          kCallerUid, base_, fill, limits));
     ASSERT_TRUE(runner_->start()) << runner_->log();
+    chmod(runner_->socket().c_str(), 0666);  // the caller's account is in no group of the socket
   }
   std::string call(const std::string& method, const std::string& params = "{}") {
     RawClient c(runner_->socket());
@@ -117,13 +120,78 @@ TEST_F(CacheEviction, a_running_fills_workspace_is_never_evicted) {
   ASSERT_EQ(runner_->client_in(clone_, {"run", "-c", "true"}, {"XDG_CACHE_HOME=" + base_ + "/xdg"}).exit_code, 0);
   ASSERT_TRUE(wait_until([&] { return !fill_dir().empty(); })) << runner_->log();
   const std::string dir = fill_dir();
-  // Sweeps run every second; the fill's workspace is over 1K throughout.
+  // Sweeps run every second and on each cache.status; the fill's workspace is over 1K throughout.
   for (int i = 0; i < 3 && result() == "building"; ++i) {
+    EXPECT_EQ(json_field(call("cache.status"), "/result/repositories/0/in_use"), "true");
     EXPECT_TRUE(exists(dir + "/src/Makefile")) << "sweep " << i << " evicted the running fill's workspace";
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
   }
   ASSERT_TRUE(wait_until([&] { return result() != "building"; })) << call("exec.status");
   EXPECT_EQ(result(), "ok") << runner_->log();
+}
+
+TEST_F(CacheEviction, status_and_clear_are_the_operators_and_a_caller_is_refused) {
+  start_runner("");
+  fill_and_wait();
+  // A caller: an allowed account that is neither root nor the runner's.
+  auto caller = RawClient::as_account(runner_->socket(), kCallerUid, kCallerUid);
+  ASSERT_TRUE(caller && caller->connected());
+  for (const char* method : {"cache.status", "cache.clear"}) {
+    const std::string reply = call_method(*caller, 2, method, "{}");
+    EXPECT_EQ(json_field(reply, "/error/code"), "unauthorized") << reply;
+  }
+  EXPECT_EQ(result(), "ok");  // the refused clear removed nothing
+  // The operator's status, as a person reads it and as JSON.
+  auto text = runner_->client({"cache", "status"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find(commit().substr(0, 12)), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(clone_), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("limits: cache_max_size 50G"), std::string::npos) << text.out;
+  auto js = runner_->client({"cache", "status", "--json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  EXPECT_EQ(json_field(js.out, "/result/repositories/0/published_commit"), commit()) << js.out;
+  EXPECT_NE(json_field(js.out, "/result/repositories/0/target_bytes"), "0") << js.out;
+  EXPECT_EQ(json_field(js.out, "/result/limits/max_age_s"), "1209600") << js.out;
+  // An unknown repository is an error; the operator's clear of this one removes it all.
+  EXPECT_EQ(runner_->client({"cache", "clear", "/no/such/repo"}).exit_code, 64);
+  auto cleared = runner_->client({"cache", "clear", clone_});
+  ASSERT_EQ(cleared.exit_code, 0) << cleared.err;
+  EXPECT_NE(cleared.out.find("cleared " + clone_), std::string::npos) << cleared.out;
+  const std::string status = call("exec.status");
+  EXPECT_EQ(json_field(status, "/result/repositories/0/last_rebuild_result"), "null") << status;
+  EXPECT_EQ(json_field(status, "/result/repositories/0/published_commit"), "null") << status;
+  EXPECT_TRUE(glob_paths(cache_dir() + "/targets/*").empty());
+  EXPECT_EQ(fill_dir(), "");
+}
+
+TEST_F(CacheEviction, an_exec_remote_caller_never_reaches_the_cache_methods) {
+  start_runner("");
+  // The endpoint runs as root here, whom the runner would answer: the endpoint itself refuses.
+  auto endpoint = RawClient::via_program({MOTOR_CLIENT_BIN, "exec-remote", "--stdio", "--socket", runner_->socket()});
+  ASSERT_TRUE(endpoint && endpoint->connected());
+  for (const char* method : {"cache.status", "cache.clear"}) {
+    const std::string reply = call_method(*endpoint, 3, method, "{}");
+    EXPECT_EQ(json_field(reply, "/error/code"), "bad_request") << reply;
+    EXPECT_NE(json_field(reply, "/error/message").find("unknown method"), std::string::npos) << reply;
+  }
+  EXPECT_NE(json_field(call("cache.status"), "/result/limits"), "<missing>");  // the operator's own session has them
+}
+
+TEST_F(CacheEviction, clear_during_a_fill_is_refused_until_it_ends) {
+  start_runner("", 3);
+  ASSERT_EQ(runner_->client_in(clone_, {"run", "-c", "true"}, {"XDG_CACHE_HOME=" + base_ + "/xdg"}).exit_code, 0);
+  ASSERT_EQ(result(), "building");
+  const std::string busy = call("cache.clear");
+  EXPECT_EQ(json_field(busy, "/error/code"), "cache_busy") << busy;
+  EXPECT_NE(json_field(busy, "/error/message").find("queued or running"), std::string::npos) << busy;
+  auto cli = runner_->client({"cache", "clear", clone_});
+  EXPECT_EQ(cli.exit_code, 75) << cli.err;  // try again later
+  ASSERT_TRUE(wait_until([&] { return result() != "building"; })) << call("exec.status");
+  EXPECT_EQ(result(), "ok");  // the refused clears did not disturb the fill
+  const std::string cleared = call("cache.clear");
+  EXPECT_EQ(json_field(cleared, "/result/cleared/0/repository_root"), clone_) << cleared;
+  EXPECT_EQ(result(), "null");
+  EXPECT_TRUE(glob_paths(cache_dir() + "/targets/*").empty());
 }
 
 }  // namespace
