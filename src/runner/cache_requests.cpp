@@ -128,7 +128,7 @@ void Runner::clear_cache_of(const std::string& name) {
     for (const MeasuredPath& m : cache_measured_) {
       if (m.path == item.path) item.bytes = m.bytes;
     }
-    (void)evict_cache_item(item);
+    if (evict_cache_item(item)) metrics_.cache_evicted("clear", item.bytes);
   }
   cache_fills_.forget_build(name);  // also when nothing was published: exec.status shows it never built
 }

@@ -64,6 +64,7 @@ Status Runner::start_cache_sweeps() {
 
 TargetUses::Use Runner::warm_target_used(const std::string& caller, const std::string& repository_root) {
   const std::string name = cache_fills_.name_of(caller, repository_root);
+  metrics_.warm_target_hit();
   cache_fills_.mark_used(name, unix_now_ms());
   return target_uses_.hold(name);
 }
@@ -131,8 +132,16 @@ void Runner::cache_measured(workspace::ChildResult r) {
     const CacheLimits limits{config_.cache_max_bytes, config_.cache_max_age_s};
     for (const Eviction& e : plan_evictions(cache_items(cache_measured_), limits, cache_measured_at_ms_)) {
       if (!evict_cache_item(e.item)) continue;
+      metrics_.cache_evicted(reason_name(e.reason), e.item.bytes);
       log_info("compile cache: {} removed ({} bytes, {})", e.item.path, e.item.bytes, reason_name(e.reason));
     }
+    int64_t fill = 0, target = 0, shared = 0;
+    for (const MeasuredPath& m : cache_measured_) {
+      (m.path.starts_with("/") ? shared : m.path.starts_with("fills/") ? fill : target) += m.bytes;
+    }
+    metrics_.set_cache_bytes("fill", fill);
+    metrics_.set_cache_bytes("target", target);
+    metrics_.set_cache_bytes("shared", shared);
   }
   cache_sweeping_ = false;
   for (auto& waiter : std::exchange(cache_sweep_waiters_, {})) waiter();

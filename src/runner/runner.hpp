@@ -118,8 +118,9 @@ class Runner : public JobHost, private AdmissionHost {
   static std::string helper_cgroup_prefix();
   // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
   workspace::Workspaces* workspaces() { return workspaces_.get(); }
-  // A job or workspace starts from the repository's published warm target: marked used now, and
-  // kept from eviction and `motor cache clear` while the returned use is held (cache_sweep.cpp).
+  // A job or workspace starts from the repository's published warm target: counted as a hit
+  // (motor_cache_warm_target_hits_total), marked used now, and kept from eviction and
+  // `motor cache clear` while the returned use is held (cache_sweep.cpp).
   TargetUses::Use warm_target_used(const std::string& caller, const std::string& repository_root);
 
  private:

@@ -1,4 +1,4 @@
-// Eviction of the compile cache and `motor cache status|clear`, through a real
+// Eviction of the compile cache, `motor cache status|clear` and the cache metrics, through a real
 // runner, real fills as motor-cache and the real `motor` (docs/compile-cache.md, "Eviction, status
 // and clear"). Small limits stand in for a clock: cache_max_age_s = 2 with a sweep every second,
 // cache_max_size = 1K so that any fill is over it.
@@ -82,6 +82,7 @@ class CacheEviction : public ::testing::Test {
     auto out = sh(clone_, "git rev-parse main");
     return out.substr(0, out.find('\n'));
   }
+  std::string metrics() { return json_field(call("runner.status", R"({"metrics":true})"), "/result/metrics"); }
 
   std::string base_, clone_;
   std::unique_ptr<RunnerProcess> runner_;
@@ -100,6 +101,7 @@ TEST_F(CacheEviction, an_unused_repository_past_the_age_loses_its_target_and_sho
   EXPECT_TRUE(glob_paths(cache_dir() + "/targets/*").empty());
   EXPECT_EQ(fill_dir(), "");
   EXPECT_TRUE(wait_until([&] { return glob_paths(cache_dir() + "/trash/*").empty(); }));
+  EXPECT_NE(metrics().find("motor_cache_evictions_total{reason=\"age\"} 2\n"), std::string::npos) << metrics();
 }
 
 TEST_F(CacheEviction, over_the_size_the_fill_workspace_goes_and_the_newest_target_stays) {
@@ -113,6 +115,7 @@ TEST_F(CacheEviction, over_the_size_the_fill_workspace_goes_and_the_newest_targe
   // Still over the size with only the newest target left: it stays, sweep after sweep.
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   EXPECT_EQ(json_field(call("exec.status"), "/result/repositories/0/published_commit"), commit());
+  EXPECT_NE(metrics().find("motor_cache_evictions_total{reason=\"size\"} 1\n"), std::string::npos) << metrics();
 }
 
 TEST_F(CacheEviction, a_running_fills_workspace_is_never_evicted) {
@@ -192,6 +195,31 @@ TEST_F(CacheEviction, clear_during_a_fill_is_refused_until_it_ends) {
   EXPECT_EQ(json_field(cleared, "/result/cleared/0/repository_root"), clone_) << cleared;
   EXPECT_EQ(result(), "null");
   EXPECT_TRUE(glob_paths(cache_dir() + "/targets/*").empty());
+}
+
+TEST_F(CacheEviction, the_cache_metrics_count_fills_bytes_and_evictions_and_promtool_accepts_them) {
+  start_runner("cache_max_size = 1K\n");
+  fill_and_wait();
+  ASSERT_TRUE(wait_until([&] { return fill_dir().empty(); }, std::chrono::seconds(20)));
+  (void)call("cache.status");  // a sweep after the eviction: the gauges count what is left
+  const std::string text = metrics();
+  EXPECT_NE(text.find("motor_cache_fills_started_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("motor_cache_fills_finished_total{result=\"ok\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("motor_cache_fills_finished_total{result=\"failed\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("motor_cache_warm_target_hits_total "), std::string::npos) << text;
+  EXPECT_NE(text.find("motor_cache_bytes{kind=\"fill\"} 0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("motor_cache_bytes{kind=\"target\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("motor_cache_evictions_total{reason=\"size\"} 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("motor_cache_evicted_bytes_total{reason=\"size\"} 0\n"), std::string::npos) << text;
+  if (system("command -v promtool >/dev/null 2>&1") != 0) {
+    const char* ci = getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL() << "promtool is missing under CI=true (scripts/setup installs it)";
+    GTEST_SKIP() << "promtool is not installed (scripts/setup installs it)";
+  }
+  const std::string path = base_ + "/metrics.prom";
+  write_file(path, text);
+  auto lint = run_program({"/bin/sh", "-c", "promtool check metrics < " + path + " 2>&1"});
+  EXPECT_EQ(lint.exit_code, 0) << lint.out << text;
 }
 
 }  // namespace
