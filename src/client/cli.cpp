@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "client/cache_command.hpp"
 #include "client/cli_common.hpp"
 #include "client/exec_remote.hpp"
 #include "client/exit_codes.hpp"
@@ -327,6 +328,8 @@ int run_cli(const CliOptions& o) {
     secret = std::move(*s);
   }
   if (o.command == "workspace") return run_workspace(o, *conn);
+  if (o.command == "cache" && o.cache_action == "status") return simple_request(o, *conn, "cache.status", "{}", print_cache_status);
+  if (o.command == "cache") return simple_request(o, *conn, "cache.clear", cache_clear_params(o.cache_repository), print_cache_cleared);
   const std::string job = o.job_id.empty() ? "{}" : job_ref_params(o.job_id, secret, std::nullopt);
   if (o.command == "status" && o.metrics) return simple_request(o, *conn, "runner.status", R"({"metrics":true})", print_metrics);
   if (o.command == "status" && o.job_id.empty()) return simple_request(o, *conn, "runner.status", "{}", print_result);

@@ -13,7 +13,7 @@
 namespace motor::client {
 
 struct CliOptions {
-  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | exec-remote | screen
+  std::string command;                 // run | attach | status | cancel | list | drain | resume | workspace | cache | exec-remote | screen
   std::string socket_path;             // --socket, else $MOTOR_SOCKET, else the default
   std::optional<SshTarget> host;       // --host ssh://..., else $MOTOR_HOST: the runner is there
   std::string workspace_key = "default";
@@ -48,6 +48,8 @@ struct CliOptions {
   bool screen_rules = false;                 // screen --rules: print the table (docs/change-screen.md)
   bool stdio = false;                        // exec-remote --stdio: one caller on stdin/stdout
   std::string listen_path;                   // exec-remote --listen SOCKET: callers on a 0600 socket
+  std::string cache_action;                  // cache: status | clear
+  std::string cache_repository;              // cache clear REPOSITORY_ROOT ("" = every repository)
 };
 
 inline constexpr const char* kDefaultSocket = "/run/motor/motor.sock";

@@ -166,6 +166,20 @@ Status check_workspace_verb(CliOptions& o, const std::vector<std::string>& posit
   return {};
 }
 
+Status check_cache_verb(CliOptions& o, const std::vector<std::string>& positional) {
+  if (positional.size() < 2) return usage("cache needs status or clear");
+  o.cache_action = positional[1];
+  if (o.cache_action == "status") {
+    if (positional.size() > 2) return usage("cache status takes no more arguments");
+  } else if (o.cache_action == "clear") {
+    if (positional.size() > 3) return usage("cache clear takes at most one REPOSITORY_ROOT");
+    if (positional.size() == 3) o.cache_repository = positional[2];
+  } else {
+    return usage("unknown cache action \"" + o.cache_action + "\" (status or clear)");
+  }
+  return {};
+}
+
 // The verb and its operands.
 Status check_verb(CliOptions& o, const std::vector<std::string>& positional) {
   o.command = positional[0];
@@ -182,6 +196,8 @@ Status check_verb(CliOptions& o, const std::vector<std::string>& positional) {
     if (extra == 1) o.job_id = positional[1];
   } else if (o.command == "workspace") {
     return check_workspace_verb(o, positional);
+  } else if (o.command == "cache") {
+    return check_cache_verb(o, positional);
   } else if (o.command == "screen") {
     if (extra > 1) return usage("screen takes one BASE..HEAD, --diff FILE or --stdin");
     if (extra == 1) o.screen_range = positional[1];
@@ -195,7 +211,7 @@ Status check_verb(CliOptions& o, const std::vector<std::string>& positional) {
     if (extra > 0) return usage(o.command + " takes no arguments");
   } else {
     return usage("unknown command \"" + o.command +
-                 "\" (run, attach, status, cancel, list, drain, resume, workspace, exec-remote or screen)");
+                 "\" (run, attach, status, cancel, list, drain, resume, workspace, cache, exec-remote or screen)");
   }
   return {};
 }
@@ -220,6 +236,7 @@ Status check_combinations(const CliOptions& o) {
   if (o.command == "run" && o.secret_stdin) return usage("--secret-stdin is for attach, status and cancel");
   if (o.secret_file && o.secret_stdin) return usage("give either --secret-file or --secret-stdin, not both");
   if (o.command == "list" && (o.secret_file || o.secret_stdin)) return usage("list takes no secret");
+  if (o.command == "cache" && (o.secret_file || o.secret_stdin)) return usage("cache takes no secret");
   return {};
 }
 
@@ -239,6 +256,9 @@ const char* usage_text() {
   motor drain [--wait] | motor resume     (stop taking new jobs / take them again)
   motor workspace prepare [-w KEY]        (send this Git checkout's state to its workspace)
   motor workspace drop KEY | motor workspace list
+  motor cache status [--json] | motor cache clear [REPOSITORY_ROOT]
+                                          (the operator's: the compile cache's warm targets, their
+                                           sizes and limits; remove one repository's or all)
   motor run --untrusted [--base REV] ... | motor workspace prepare --untrusted [--base REV]
                                           (the runner screens the change from REV, default HEAD,
                                            and runs nothing unless it MAY EXECUTE)

@@ -303,6 +303,10 @@ void serve_request(CallerOutput& out, RunnerLink& link, const Request& request) 
   if (request.method == "exec.run" || request.method == "workspace.prepare") {
     if (parser.parse(request.params_json).get_object().get(obj)) return send_error(out, request.id, "bad_request", "params must be an object");
   }
+  // Motor's operator methods are no part of exec-remote/v1: a caller there never reaches them.
+  if (request.method.starts_with("cache.")) {
+    return send_error(out, request.id, "bad_request", fmt::format("unknown method \"{}\"", request.method.substr(0, 64)));
+  }
   if (request.method == "exec.run") return serve_run(out, link, request, obj);
   if (request.method == "workspace.prepare") return serve_prepare(out, link, request, obj);
   serve_relayed(out, link, request, std::nullopt);

@@ -34,7 +34,7 @@ int exit_code_for_error(std::string_view code) {
   if (code == kHostUnreachable || code == kRunnerDown) return kExitTransient;
   if (code == "bad_request" || code == "usage") return kExitUsage;
   // A full or draining runner refuses for now, as an unreachable one does: try again later.
-  if (code == "unreachable" || protocol::is_transient_refusal(code)) return kExitTransient;
+  if (code == "unreachable" || code == "cache_busy" || protocol::is_transient_refusal(code)) return kExitTransient;
   return kExitSoftware;
 }
 

@@ -68,6 +68,12 @@ struct Config {
   // motor-cache with the caches writable, and whether it gets the outbound network.
   std::string cache_fill_command = "cargo test --workspace --no-run";
   bool cache_fill_network = false;
+  // Eviction of the fills' workspaces and published warm targets (docs/compile-cache.md,
+  // "Eviction, status and clear"): the size they may take together, how long an unused one is
+  // kept (0 = no limit, each), and how often they are measured and the limits applied.
+  int64_t cache_max_bytes = int64_t{50} << 30;
+  int64_t cache_max_age_s = 14 * 24 * 3600;
+  int64_t cache_sweep_interval_s = 600;
   // Buildbarn's build directory: host_workspace paths resolve beneath it ("" = off).
   std::string bb_build_directory;
   int64_t job_tmp_bytes = int64_t{1} << 30;

@@ -335,6 +335,30 @@ const KeySpec kHostKeys[] = {
      "policy; needs `outbound_network = true`). `true` or `false`.",
      [](Config& c, Value& v) { return to_bool(v.scalar, c.cache_fill_network); },
      [](const Config& c) -> std::string { return c.cache_fill_network ? "true" : "false"; }},
+    {"cache_max_size", "", "size", Reload::kRestart, false,
+     "Fills' workspaces and warm targets together: past this the least recently used go\n"
+     "(never a repository's newest target, nor what a fill or job uses). 0 = no limit.",
+     "The most bytes the compile-cache fills' workspaces and published warm targets may take "
+     "together (`<state_dir>/cache`; the shared `cache_paths` are not counted: their own tools "
+     "bound them). Past it the least recently used go first, never a repository's newest warm "
+     "target nor anything a running fill or job uses (docs/compile-cache.md). A size, 0 (no "
+     "limit) to 2^50 bytes.",
+     [](Config& c, Value& v) { return to_size(v.scalar, 0, int64_t{1} << 50, c.cache_max_bytes); },
+     [](const Config& c) -> std::string { return size_name(c.cache_max_bytes); }},
+    {"cache_max_age_s", "", "seconds", Reload::kRestart, false,
+     "A repository's fill workspace and warm target unused this long are removed. 0 = kept.",
+     "A repository whose fill workspace and warm target nothing used (a fill, a workspace "
+     "starting from it) for this many seconds loses both, its newest target too; `exec.status` "
+     "then shows it as never built. 0 (kept) to a year.",
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 0, kYear, c.cache_max_age_s); },
+     [](const Config& c) -> std::string { return std::to_string(c.cache_max_age_s); }},
+    {"cache_sweep_interval_s", "", "seconds", Reload::kRestart, false,
+     "",
+     "How often the compile cache is measured (a `du` child, off the loop) and "
+     "`cache_max_size` and `cache_max_age_s` applied; also after each fill and on "
+     "`motor cache status`. 1 to a day.",
+     [](Config& c, Value& v) { return to_whole(v.scalar, kSeconds, 1, 24 * 3600, c.cache_sweep_interval_s); },
+     [](const Config& c) -> std::string { return std::to_string(c.cache_sweep_interval_s); }},
     {"bb_build_directory", "", "path", Reload::kRestart, false,
      "Buildbarn's build directory (docs/buildbarn.md): root and the runner's account (motor-bb-runner)\n"
      "may run a job on an input root below it (exec.run's host_workspace). \"\" = off.",

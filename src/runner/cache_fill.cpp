@@ -37,6 +37,8 @@ std::string field_of(std::string_view text, std::string_view name) {
   return {};
 }
 
+}  // namespace
+
 std::string_view result_name(FillResult r) {
   switch (r) {
     case FillResult::kBuilding: return "building";
@@ -45,8 +47,6 @@ std::string_view result_name(FillResult r) {
   }
   return "failed";
 }
-
-}  // namespace
 
 Expected<std::optional<FillTip>> parse_fill_tip(simdjson::dom::parser& parser, std::string_view params_json) {
   simdjson::dom::element root, field;
@@ -85,6 +85,7 @@ Status CacheFills::open() {
     if (fill.caller.empty() || fill.repository_root.empty() || fill.published_commit.empty()) continue;
     if (name_of(fill.caller, fill.repository_root) + std::string(kRecordSuffix) != name) continue;
     fill.last = FillResult::kOk;
+    fill.last_used_ms = fill.published_at_ms;
     repos_[name_of(fill.caller, fill.repository_root)] = std::move(fill);
   }
   ::closedir(d);
@@ -124,6 +125,7 @@ Expected<std::string> CacheFills::finished(const std::string& job_id, bool succe
   for (auto& [name, f] : repos_) {
     if (job_id.empty() || f.building_job != job_id) continue;
     f.building_job.clear();
+    f.last_used_ms = now_ms;
     std::string replaced;
     Status published = succeeded ? publish(f, now_ms, replaced) : Status{};
     if (succeeded && published) {
@@ -180,6 +182,19 @@ Expected<std::string> CacheFills::fill_dir(const std::string& caller, const std:
     return Error{"io", fmt::format("cannot give {} to the fill account: {}", dir, std::strerror(errno))};
   }
   return dir;
+}
+
+void CacheFills::mark_used(const std::string& name, int64_t now_ms) {
+  if (auto it = repos_.find(name); it != repos_.end()) it->second.last_used_ms = std::max(it->second.last_used_ms, now_ms);
+}
+
+void CacheFills::forget_build(const std::string& name) {
+  auto it = repos_.find(name);
+  if (it == repos_.end()) return;
+  RepositoryFill never_built;
+  never_built.caller = it->second.caller;
+  never_built.repository_root = it->second.repository_root;
+  it->second = std::move(never_built);
 }
 
 std::string CacheFills::target_link(const std::string& caller, const std::string& repository_root) const {

@@ -33,6 +33,7 @@ struct FillTip {
 Expected<std::optional<FillTip>> parse_fill_tip(simdjson::dom::parser& parser, std::string_view params_json);
 
 enum class FillResult { kBuilding, kOk, kFailed };
+std::string_view result_name(FillResult r);  // exec.status's last_rebuild_result
 
 struct RepositoryFill {
   std::string caller, repository_root;
@@ -42,6 +43,7 @@ struct RepositoryFill {
   std::string published_commit;    // "" = nothing published yet
   int64_t published_at_ms = 0;
   std::string failed_commit;       // the tip whose fill failed last: not tried again
+  int64_t last_used_ms = 0;        // a fill queued or ended, its target read (eviction's clock)
 };
 
 class CacheFills {
@@ -68,8 +70,15 @@ class CacheFills {
   // exec.status's `repositories`: the caller's repositories with a fill tip.
   void write_repositories(protocol::JsonWriter& w, const std::string& caller, int64_t now_ms) const;
 
- private:
+  // For eviction and `motor cache` (cache_sweep.cpp): every repository by name, its last use,
+  // and forgetting what it built once its files are gone (exec.status: never built).
   std::string name_of(const std::string& caller, const std::string& repository_root) const;
+  const std::string& root() const { return root_; }
+  const std::map<std::string, RepositoryFill>& repositories() const { return repos_; }
+  void mark_used(const std::string& name, int64_t now_ms);
+  void forget_build(const std::string& name);
+
+ private:
   Status publish(RepositoryFill& fill, int64_t now_ms, std::string& replaced);
 
   std::string root_;

@@ -99,6 +99,8 @@ void Runner::maybe_start_fill(const std::string& caller, const protocol::RunPara
   PendingStart pending{std::move(fill), "", config_.max_timeout_s, config_.default_memory_bytes, config_.default_cpus,
                        std::nullopt, {}, FillStart{p.repository_root, tip.commit, tree->commit, mirror}};
   cache_fills_.started(caller, p.repository_root, tip.commit, *id);
+  cache_fills_.mark_used(cache_fills_.name_of(caller, p.repository_root), unix_ms());
+  metrics_.cache_fill_started();
   log_info("job {}: cache fill of {} at {} queued", *id, p.repository_root, tip.commit);
   admission_.enqueue(std::move(entry), std::move(pending));
   // Like a caller's job, it starts once the job table has it.
@@ -131,6 +133,8 @@ void Runner::fill_finished(Job& job) {
   const auto& outcome = job.outcome();
   const bool succeeded = outcome.kind == protocol::Outcome::Kind::kExit && outcome.code == 0;
   auto replaced = cache_fills_.finished(job.id(), succeeded, unix_ms());
+  metrics_.cache_fill_finished(replaced ? "ok" : "failed");
+  sweep_cache();  // what the fill added counts against cache_max_size now
   if (!replaced) return log_info("job {}: cache fill failed: {}", job.id(), replaced.error().message);
   log_info("job {}: cache fill published", job.id());
   if (replaced->empty()) return;

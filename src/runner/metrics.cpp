@@ -33,6 +33,12 @@ constexpr const char* kLoopStall = "motor_loop_worst_stall_seconds";
 constexpr const char* kSessions = "motor_sessions";
 constexpr const char* kDraining = "motor_draining";
 constexpr const char* kStartTime = "motor_runner_start_time_seconds";
+constexpr const char* kCacheFillsStarted = "motor_cache_fills_started_total";
+constexpr const char* kCacheFillsFinished = "motor_cache_fills_finished_total";
+constexpr const char* kWarmTargetHits = "motor_cache_warm_target_hits_total";
+constexpr const char* kCacheBytes = "motor_cache_bytes";
+constexpr const char* kCacheEvictions = "motor_cache_evictions_total";
+constexpr const char* kCacheEvictedBytes = "motor_cache_evicted_bytes_total";
 
 bool valid_metric_name(std::string_view n) {
   if (n.empty()) return false;
@@ -140,6 +146,18 @@ Metrics::Metrics() {
   must(define_gauge(kSessions, "Client sessions open now."));
   must(define_gauge(kDraining, "1 while the runner is draining (refusing new jobs), else 0."));
   must(define_gauge(kStartTime, "Unix time the runner started, in seconds."));
+  must(define_counter(kCacheFillsStarted, "Compile-cache fill jobs queued."));
+  must(define_counter(kCacheFillsFinished, "Compile-cache fill jobs that ended, by result.", {"result"}));
+  for (std::string_view r : kCacheFillResults) touch(kCacheFillsFinished, {r});
+  must(define_counter(kWarmTargetHits, "Jobs or workspaces that started from a published warm target."));
+  must(define_gauge(kCacheBytes, "Bytes of the compile cache at its last measurement, by kind.", {"kind"}));
+  for (std::string_view k : kCacheKinds) touch(kCacheBytes, {k});
+  must(define_counter(kCacheEvictions, "Fill workspaces and warm targets removed, by reason.", {"reason"}));
+  must(define_counter(kCacheEvictedBytes, "Bytes of the fill workspaces and warm targets removed, by reason.", {"reason"}));
+  for (std::string_view r : kCacheEvictionReasons) {
+    touch(kCacheEvictions, {r});
+    touch(kCacheEvictedBytes, {r});
+  }
 }
 
 void Metrics::job_finished(std::string_view outcome) { inc(kJobsFinished, {outcome}); }
@@ -160,6 +178,14 @@ void Metrics::set_loop_worst_stall_seconds(double seconds) { set(kLoopStall, sec
 void Metrics::set_sessions(int64_t sessions) { set(kSessions, static_cast<double>(sessions)); }
 void Metrics::set_draining(bool draining) { set(kDraining, draining ? 1 : 0); }
 void Metrics::set_start_time_seconds(double unix_seconds) { set(kStartTime, unix_seconds); }
+void Metrics::cache_fill_started() { inc(kCacheFillsStarted); }
+void Metrics::cache_fill_finished(std::string_view result) { inc(kCacheFillsFinished, {result}); }
+void Metrics::warm_target_hit() { inc(kWarmTargetHits); }
+void Metrics::set_cache_bytes(std::string_view kind, int64_t bytes) { set(kCacheBytes, {kind}, static_cast<double>(bytes)); }
+void Metrics::cache_evicted(std::string_view reason, int64_t bytes) {
+  inc(kCacheEvictions, {reason});
+  inc(kCacheEvictedBytes, {reason}, static_cast<double>(bytes));
+}
 
 Status Metrics::define_counter(std::string name, std::string help, std::vector<std::string> label_names) {
   return define(Type::kCounter, std::move(name), std::move(help), std::move(label_names), {});

@@ -32,6 +32,10 @@ inline constexpr std::string_view kRefusalReasons[] = {
     "runner_full",       "runner_draining",         "runner_disk_full",      "queue_wait_exceeded",
     "transfer_interrupted", "tree_hash_mismatch",   "bundle_rejected",       "workspace_setup_failed",
     "network_unsupported", "platform_unsupported",  "screen_refused"};
+// The label values of the compile-cache families (docs/compile-cache.md).
+inline constexpr std::string_view kCacheFillResults[] = {"ok", "failed"};
+inline constexpr std::string_view kCacheKinds[] = {"fill", "target", "shared"};  // motor_cache_bytes{kind}
+inline constexpr std::string_view kCacheEvictionReasons[] = {"size", "age", "clear"};
 
 class Metrics {
  public:
@@ -63,6 +67,15 @@ class Metrics {
   void set_sessions(int64_t sessions);
   void set_draining(bool draining);
   void set_start_time_seconds(double unix_seconds);
+  // Compile-cache fills: one queued; one ended with `result` (kCacheFillResults).
+  void cache_fill_started();
+  void cache_fill_finished(std::string_view result);
+  // A job or workspace started from a published warm target.
+  void warm_target_hit();
+  // The bytes the last measurement found, per kind (kCacheKinds).
+  void set_cache_bytes(std::string_view kind, int64_t bytes);
+  // A fill workspace or warm target removed, and why (kCacheEvictionReasons).
+  void cache_evicted(std::string_view reason, int64_t bytes);
 
   // ---- The generic registry. ----
   // Names must match [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]* (not "__*",

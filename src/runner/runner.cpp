@@ -151,6 +151,7 @@ Status Runner::start() {
 
   if (auto s = start_workspaces(); !s) return s;
   if (auto s = start_cache_fills(); !s) return s;
+  if (auto s = start_cache_sweeps(); !s) return s;
   return start_systemd_backend();  // then start_rest(): before recover(), it stops the leftover units
 }
 

@@ -20,6 +20,7 @@
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
 #include "runner/admission_control.hpp"
+#include "runner/cache_eviction.hpp"
 #include "runner/cache_fill.hpp"
 #include "config/config.hpp"
 #include "runner/metrics.hpp"
@@ -39,6 +40,7 @@
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/cgroup_reaper.hpp"
+#include "workspace/child_process.hpp"
 #include "workspace/workspaces.hpp"
 
 namespace motor::runner {
@@ -122,6 +124,10 @@ class Runner : public JobHost, private AdmissionHost {
   static std::string helper_cgroup_prefix();
   // Workspaces (src/workspace): for other job kinds, e.g. a VM job's transfer disk.
   workspace::Workspaces* workspaces() { return workspaces_.get(); }
+  // A job or workspace starts from the repository's published warm target: counted as a hit
+  // (motor_cache_warm_target_hits_total), marked used now, and kept from eviction and
+  // `motor cache clear` while the returned use is held (cache_sweep.cpp).
+  TargetUses::Use warm_target_used(const std::string& caller, const std::string& repository_root);
 
  private:
   // recovery.cpp: what an earlier runner left (state.json, job logs, cgroups).
@@ -195,6 +201,25 @@ class Runner : public JobHost, private AdmissionHost {
   sandbox::Account cache_account_;  // motor-cache: fills run as it
   std::string cache_group_name_;
   std::string rustc_version_;  // `rustc --version` as the runner found it at start ("" = none)
+  // Eviction and `motor cache status|clear` (cache_sweep.cpp, cache_requests.cpp).
+  Status start_cache_sweeps();
+  void sweep_cache(std::function<void()> then = nullptr);
+  void cache_measured(workspace::ChildResult r);
+  std::vector<CacheItem> cache_items(const std::vector<MeasuredPath>& measured) const;
+  bool evict_cache_item(const CacheItem& item);  // renamed into trash/, removed by a child
+  void remove_cache_trash(const std::string& relative_glob);
+  void clear_cache_of(const std::string& name);
+  bool refuse_unless_operator(Session& session, const protocol::Request& r);
+  void handle_cache_status(Session& session, const protocol::Request& request);
+  void handle_cache_clear(Session& session, const protocol::Request& request);
+  void write_cache_status(protocol::JsonWriter& w, int64_t now_ms) const;
+  TargetUses target_uses_;
+  reactor::UvHandle<uv_timer_t> cache_sweep_timer_;
+  bool cache_sweeping_ = false, cache_sweep_again_ = false;
+  std::vector<std::function<void()>> cache_sweep_waiters_, cache_sweep_next_;
+  std::vector<MeasuredPath> cache_measured_;  // the last measurement, less what went since
+  int64_t cache_measured_at_ms_ = 0;
+  uint64_t cache_trash_seq_ = 0;
   // Ends a job that never started as refused (metrics counted).
   void refuse_queued(Job& job, protocol::RefusalReason reason, const std::string& detail,
                      std::optional<int64_t> retry_after_ms = std::nullopt);

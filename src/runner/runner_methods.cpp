@@ -43,6 +43,8 @@ void Runner::register_methods() {
   add("workspace.finish", &Runner::handle_workspace_finish);
   add("workspace.list", &Runner::handle_workspace_list);
   add("workspace.drop", &Runner::handle_workspace_drop);
+  add("cache.status", &Runner::handle_cache_status);
+  add("cache.clear", &Runner::handle_cache_clear);
 }
 
 void Runner::handle_frame(Session& session, const std::string& frame) {

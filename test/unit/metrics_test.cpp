@@ -357,6 +357,28 @@ TEST(Metrics, RunnerCallsMoveTheirSeries) {
   EXPECT_EQ(m.value("motor_refusals_total", {"something_new"}), 1);
 }
 
+TEST(Metrics, CompileCacheCallsMoveTheirSeries) {
+  Metrics m;
+  EXPECT_EQ(m.value("motor_cache_fills_finished_total", {"failed"}), 0);
+  m.cache_fill_started();
+  m.cache_fill_finished("ok");
+  m.warm_target_hit();
+  m.warm_target_hit();
+  m.set_cache_bytes("target", 4096);
+  m.cache_evicted("age", 1000);
+  m.cache_evicted("age", 24);
+  EXPECT_EQ(m.value("motor_cache_fills_started_total"), 1);
+  EXPECT_EQ(m.value("motor_cache_fills_finished_total", {"ok"}), 1);
+  EXPECT_EQ(m.value("motor_cache_warm_target_hits_total"), 2);
+  EXPECT_EQ(m.value("motor_cache_bytes", {"target"}), 4096);
+  EXPECT_EQ(m.value("motor_cache_evictions_total", {"age"}), 2);
+  EXPECT_EQ(m.value("motor_cache_evicted_bytes_total", {"age"}), 1024);
+  const std::string text = m.exposition();
+  for (std::string_view series : {"motor_cache_bytes{kind=\"shared\"} 0\n", "motor_cache_evictions_total{reason=\"clear\"} 0\n"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series;  // every label value from the start
+  }
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   Metrics m{Metrics::Empty{}};
   ASSERT_TRUE(m.define_counter("t_total", "a help with \\ and\nnewline", {"v"}).ok());
