@@ -45,7 +45,7 @@ const KeySpec kHostKeys[] = {
      [](const Config& c) -> std::string { return show_scalar(c.socket_group); }},
     {"state_dir", "", "path", Reload::kRestart, false,
      "The job table (state.db), job logs and (by default) workspaces live here. Absolute path.",
-     "Where the job table (`state.db`), the job logs and (by default) workspaces live. An absolute path, "
+     "Where the job table (`state.db`), the job logs (and, in `ready-logs/`, a few empty ones made ahead for the next jobs) and (by default) workspaces live. An absolute path, "
      "not `/`; a trailing `/` is dropped. One runner per state directory: it locks "
      "`runner.lock` in it, and a second runner on it exits at start.",
      [](Config& c, Value& v) -> std::optional<std::string> {
