@@ -56,6 +56,9 @@ Status Runner::start_workspaces() {
     return (*cg)->disown();  // released by its directories (release_helper_cgroup)
   };
   ws.release_helper_cgroup = [this](std::vector<std::string> dirs) { retire_cgroup(std::move(dirs), "a workspace helper"); };
+  ws.warm_target = [this](const std::string& caller, const std::string& repository_root) {
+    return cache_fills_.warm_target(caller, repository_root);  // docs/compile-cache.md "Warm workspaces"
+  };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {
     return jobs_.running_in(caller, key);
   });
