@@ -81,6 +81,7 @@ Status CacheFills::open() {
     fill.caller = field_of(text, "caller");
     fill.repository_root = field_of(text, "repository_root");
     fill.published_commit = field_of(text, "commit");
+    fill.published_source = field_of(text, "source_commit");
     fill.published_at_ms = std::atoll(field_of(text, "published_at_ms").c_str());
     if (fill.caller.empty() || fill.repository_root.empty() || fill.published_commit.empty()) continue;
     if (name_of(fill.caller, fill.repository_root) + std::string(kRecordSuffix) != name) continue;
@@ -103,12 +104,13 @@ bool CacheFills::wants(const std::string& caller, const std::string& repository_
 }
 
 void CacheFills::started(const std::string& caller, const std::string& repository_root, const std::string& commit,
-                         const std::string& job_id) {
+                         const std::string& source_commit, const std::string& job_id) {
   RepositoryFill& f = repos_[name_of(caller, repository_root)];
   f.caller = caller;
   f.repository_root = repository_root;
   f.building_job = job_id;
   f.building_commit = commit;
+  f.building_source = source_commit;
   f.last = FillResult::kBuilding;
 }
 
@@ -166,22 +168,26 @@ Status CacheFills::publish(RepositoryFill& f, int64_t now_ms, std::string& repla
     replaced = root_ + "/targets/" + std::string(old, static_cast<size_t>(old_len));
   }
   f.published_commit = f.building_commit;
+  f.published_source = f.building_source;
   f.published_at_ms = now_ms;
-  const std::string record = fmt::format("caller={}\nrepository_root={}\ncommit={}\npublished_at_ms={}\n", f.caller,
-                                         f.repository_root, f.published_commit, now_ms);
+  const std::string record =
+      fmt::format("caller={}\nrepository_root={}\ncommit={}\nsource_commit={}\npublished_at_ms={}\n", f.caller,
+                  f.repository_root, f.published_commit, f.published_source, now_ms);
   return write_file_atomically(root_ + "/targets/" + name + std::string(kRecordSuffix), record, 0600);
 }
 
 Expected<std::string> CacheFills::fill_dir(const std::string& caller, const std::string& repository_root, uid_t uid,
                                            gid_t gid) const {
   const std::string dir = root_ + "/fills/" + name_of(caller, repository_root);
-  if (auto s = make_dir(dir, 0700); !s) return s.error();
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Error{"io", dir + " is not a directory"};
-  if ((st.st_uid != uid || st.st_gid != gid) && ::chown(dir.c_str(), uid, gid) != 0) {
-    return Error{"io", fmt::format("cannot give {} to the fill account: {}", dir, std::strerror(errno))};
+  for (const std::string& d : {dir, dir + "/tree"}) {
+    if (auto s = make_dir(d, 0700); !s) return s.error();
+    struct stat st {};
+    if (::lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Error{"io", d + " is not a directory"};
+    if ((st.st_uid != uid || st.st_gid != gid) && ::chown(d.c_str(), uid, gid) != 0) {
+      return Error{"io", fmt::format("cannot give {} to the fill account: {}", d, std::strerror(errno))};
+    }
   }
-  return dir;
+  return dir + "/tree";
 }
 
 void CacheFills::mark_used(const std::string& name, int64_t now_ms) {
@@ -199,6 +205,16 @@ void CacheFills::forget_build(const std::string& name) {
 
 std::string CacheFills::target_link(const std::string& caller, const std::string& repository_root) const {
   return root_ + "/targets/" + name_of(caller, repository_root);
+}
+
+std::optional<workspace::WarmTarget> CacheFills::warm_target(const std::string& caller,
+                                                             const std::string& repository_root) const {
+  auto it = repos_.find(name_of(caller, repository_root));
+  if (it == repos_.end() || it->second.published_commit.empty() || it->second.published_source.empty()) return std::nullopt;
+  const std::string dir = root_ + "/targets/" + it->first + "." + it->second.published_commit;
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
+  return workspace::WarmTarget{dir, it->second.published_source};
 }
 
 void CacheFills::write_repositories(protocol::JsonWriter& w, const std::string& caller, int64_t now_ms) const {

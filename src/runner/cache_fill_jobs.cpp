@@ -19,6 +19,7 @@ namespace motor::runner {
 namespace {
 
 constexpr const char* kFillMirrorInJob = "/mirror";
+constexpr const char* kFillMetaInJob = "/fill";  // fills/<hash>/: the fill's index and published.new
 constexpr const char* kFillKeyPrefix = "base:";
 
 std::string shell_quoted(const std::string& text) {
@@ -27,15 +28,22 @@ std::string shell_quoted(const std::string& text) {
   return out + "'";
 }
 
-// The fill's script, in its /workspace: the tree from the mirror into src/ (read-tree rewrites only
-// what changed, so the target kept from the last fill stays incremental), the configured build in
-// src/, then a copy of the target (a reflink where the filesystem has them) to be published.
+// The fill's script. Its tree is checked out at /workspace and built there, with the target at
+// /workspace/target: the absolute paths a caller's job sees for the same tree, which cargo's
+// fingerprints and dep-info hold, so a copy of the target is fresh in a caller's workspace
+// (docs/compile-cache.md "Warm workspaces"). The tree comes from the mirror (read-tree with the
+// fill's own index in /fill rewrites only what changed, so the target kept from the last fill
+// stays incremental); then the configured build, then a copy of the target (a reflink where the
+// filesystem has them) to be published, readable by the job account that copies it into a new
+// workspace (rustc's lock files are 0600; the targets directory itself is root's, 0700). src/
+// and target/ in /fill are an older layout's.
 std::string fill_script(const std::string& command, const std::string& commit) {
   return fmt::format(
-      "set -e; cd /workspace; export GIT_INDEX_FILE=/workspace/index CARGO_TARGET_DIR=/workspace/target; "
-      "mkdir -p src target; git --git-dir={} --work-tree=/workspace/src read-tree -u --reset {}; "
-      "rm -rf published.new; (cd src && /bin/sh -c {}); cp -a --reflink=auto target published.new",
-      kFillMirrorInJob, commit, shell_quoted(command));
+      "set -e; cd /workspace; export GIT_INDEX_FILE={0}/tree.index CARGO_TARGET_DIR=/workspace/target; "
+      "rm -rf {0}/src {0}/target {0}/index {0}/published.new; "
+      "git --git-dir={1} --work-tree=/workspace read-tree -u --reset {2}; mkdir -p target; "
+      "/bin/sh -c {3}; cp -a --reflink=auto target {0}/published.new; chmod -R a+rX {0}/published.new",
+      kFillMetaInJob, kFillMirrorInJob, commit, shell_quoted(command));
 }
 
 int64_t unix_ms() {
@@ -98,7 +106,7 @@ void Runner::maybe_start_fill(const std::string& caller, const protocol::RunPara
   entry.deadline_ms = entry.enqueued_ms + static_cast<uint64_t>(config_.queue_wait_limit_s) * 1000;
   PendingStart pending{std::move(fill), "", config_.max_timeout_s, config_.default_memory_bytes, config_.default_cpus,
                        std::nullopt, {}, FillStart{p.repository_root, tip.commit, tree->commit, mirror}};
-  cache_fills_.started(caller, p.repository_root, tip.commit, *id);
+  cache_fills_.started(caller, p.repository_root, tip.commit, tree->commit, *id);
   cache_fills_.mark_used(cache_fills_.name_of(caller, p.repository_root), unix_ms());
   metrics_.cache_fill_started();
   log_info("job {}: cache fill of {} at {} queued", *id, p.repository_root, tip.commit);
@@ -126,6 +134,9 @@ void Runner::fill_sandbox(const FillStart& fill, sandbox::SandboxConfig& box) co
     box.writable.push_back({cache, cache});
   }
   box.read_only.push_back({fill.mirror, kFillMirrorInJob});
+  // Its /workspace is fills/<hash>/tree; the directory above it holds its index and the copy.
+  const std::string& tree = box.workspace.source;
+  box.writable.push_back({tree.substr(0, tree.rfind('/')), kFillMetaInJob});
 }
 
 void Runner::fill_finished(Job& job) {

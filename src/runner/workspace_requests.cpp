@@ -56,6 +56,11 @@ Status Runner::start_workspaces() {
     return (*cg)->disown();  // released by its directories (release_helper_cgroup)
   };
   ws.release_helper_cgroup = [this](std::vector<std::string> dirs) { retire_cgroup(std::move(dirs), "a workspace helper"); };
+  ws.warm_target = [this](const std::string& caller, const std::string& repository_root) {
+    auto warm = cache_fills_.warm_target(caller, repository_root);  // docs/compile-cache.md "Warm workspaces"
+    if (warm) warm->in_use = std::make_shared<TargetUses::Use>(warm_target_used(caller, repository_root));
+    return warm;
+  };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {
     return jobs_.running_in(caller, key);
   });

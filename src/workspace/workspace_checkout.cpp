@@ -47,8 +47,23 @@ Workspaces::Refusal setup_failed(std::string detail) {
 // Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits. A new
 // workspace with nothing in it yet ("new") needs only the checkout: nothing to refresh, restore
 // or clean. Checkouts of many files write them with one worker per CPU (git's parallel checkout).
+// A new workspace whose repository has a warm target (bound at /warm, $4 the mirror commit it was
+// built from) starts with a copy of it as target/, made as the job account (so it is the
+// workspace's own). Cargo rebuilds a unit when a source it read is newer than the unit's outputs,
+// so the files this tree shares with the warm target's get an mtime older than every output, and
+// those that differ (the diff of the two commits) a fresh one; if anything of that fails, the copy
+// is removed (a cold build, never a wrong one). Then the index takes the new stat data.
 constexpr const char* kCheckoutScript = R"sh(set -u
-commit=$1 tree=$2 mode=$3
+commit=$1 tree=$2 mode=$3 warm=${4:-}
+warm_target() {
+  cd /workspace || return 1
+  git diff --name-only -z --no-renames "$warm" "$commit" > /meta/warm.changed || return 1
+  cp -R --reflink=auto --preserve=mode,timestamps /warm /workspace/target || return 1
+  git ls-files -z | xargs -0 -r touch -h -c -d @946684800 -- || return 1  # 2000-01-01
+  xargs -0 -r touch -h -c -- < /meta/warm.changed || return 1
+  git update-index -q --refresh >/dev/null 2>&1
+  return 0
+}
 export GIT_DIR=/meta/git GIT_WORK_TREE=/workspace GIT_INDEX_FILE=/meta/index
 if [ ! -f /meta/git/HEAD ]; then
   env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git init -q --bare /meta/git || exit 12
@@ -72,6 +87,10 @@ elif [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; t
   git update-index -q --refresh >/dev/null 2>&1
   git -c checkout.workers=0 read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
+fi
+if [ "$mode" = new ] && [ -n "$warm" ] && [ -d /warm ] && [ ! -e /workspace/target ] && [ ! -L /workspace/target ]; then
+  warm_target || { echo "no warm target: starting cold" >&2; rm -rf /workspace/target; }
+  rm -f /meta/warm.changed
 fi
 echo "$commit" > /meta/git/HEAD || exit 12
 )sh";
@@ -136,15 +155,19 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
     workspace = *ws;
   }
   next.tree.workspace_dir = workspace;
-  ChildSpec spec;
-  spec.file = s_.sandbox_helper;
-  spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript);
-  spec.argv.push_back(next.tree.commit);
-  spec.argv.push_back(next.tree.tree);
   // Clean only when this workspace was checked out by this runner and no job changed it since.
   auto current = records_.find(k);
   const bool clean = current != records_.end() && !current->second.dirty && current->second.mirror == next.mirror;
+  // Only a workspace with no record may be new (the script checks that it is empty).
+  std::optional<WarmTarget> warm;
+  if (current == records_.end() && s_.warm_target) warm = s_.warm_target(caller, next.tree.repository_root);
+  ChildSpec spec;
+  spec.file = s_.sandbox_helper;
+  spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript, warm ? warm->dir : "");
+  spec.argv.push_back(next.tree.commit);
+  spec.argv.push_back(next.tree.tree);
   spec.argv.push_back(clean ? "clean" : "full");
+  if (warm) spec.argv.push_back(warm->source_commit);
   spec.env = git_env();
   spec.timeout_ms = kCheckoutTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
@@ -157,7 +180,9 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   }
   const uint64_t checkout_start = uv_hrtime();
   run_helper(std::move(spec), 0, [this, alive = alive_, caller, key, k, mark, next = std::move(next), checkout_start,
+                                  warmed = warm.has_value(), warm_in_use = warm ? warm->in_use : nullptr,
                                   then = std::move(then)](ChildResult r) mutable {
+    warm_in_use.reset();  // the copy is over
     if (!*alive) return;
     settle(k);
     unlink(mark.c_str());
@@ -172,6 +197,11 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
       records_.erase(k);
       unlink(record_path(caller, key).c_str());
       return then(setup_failed("updating the workspace failed: " + r.describe()), nullptr);
+    }
+    if (warmed && r.err_tail.find("no warm target") != std::string::npos) {
+      log_info("a new workspace of {} starts cold: {}", next.tree.repository_root, r.err_tail);
+    } else if (warmed) {
+      log_info("a new workspace of {} starts from its warm target", next.tree.repository_root);
     }
     next.tree.prepared_at_ms = now_ms();
     next.tree.checkout_ms = static_cast<int64_t>((uv_hrtime() - checkout_start) / 1000000);

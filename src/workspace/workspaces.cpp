@@ -162,13 +162,18 @@ std::vector<std::string> Workspaces::git_env() const {
 }
 
 std::vector<std::string> Workspaces::sandbox_argv(const std::string& workspace, const std::string& meta,
-                                                  const std::string& mirror, const std::string& script) const {
+                                                  const std::string& mirror, const std::string& script,
+                                                  const std::string& warm) const {
   std::vector<std::string> argv = {s_.sandbox_helper, "--uid", std::to_string(s_.job_uid), "--gid",
                                    std::to_string(s_.job_gid), "--init", s_.init_path,
                                    "--workspace", workspace + ":/workspace", "--rw", meta + ":/meta"};
   if (!mirror.empty()) {
     argv.push_back("--ro");
     argv.push_back(mirror + ":/mirror");
+  }
+  if (!warm.empty()) {
+    argv.push_back("--ro");
+    argv.push_back(warm + ":/warm");
   }
   for (const char* a : {"--cwd", "/", "--", "/bin/sh", "-c"}) argv.emplace_back(a);
   argv.push_back(script);

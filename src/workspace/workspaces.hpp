@@ -30,6 +30,14 @@
 
 namespace motor::workspace {
 
+// A repository's published warm target (docs/compile-cache.md "Warm workspaces"): a new workspace
+// starts with a copy of it as its target/.
+struct WarmTarget {
+  std::string dir;            // host path of the published target directory
+  std::string source_commit;  // the mirror's commit of the tree it was built from
+  std::shared_ptr<void> in_use;  // held until the copy ends: eviction and `motor cache clear` wait
+};
+
 struct WorkspaceSettings {
   std::string state_dir;        // mirrors, transfers and the runner's per-workspace git dirs
   std::string workspace_root;   // <root>/<opaque id> (workspace_names.hpp)
@@ -49,6 +57,8 @@ struct WorkspaceSettings {
   std::function<Expected<std::vector<std::string>>(int64_t memory_bytes)> helper_cgroup;
   std::function<void(std::vector<std::string>)> release_helper_cgroup;
   int64_t helper_memory_bytes = int64_t{2} << 30;  // checkout and drop; a scan is charged its job's limit
+  // The warm target a new workspace of (caller, repository_root) starts from. Unset: none.
+  std::function<std::optional<WarmTarget>(const std::string& caller, const std::string& repository_root)> warm_target;
 };
 
 // What a workspace was last prepared to (kept in memory and in <state>/workspace-git).
@@ -197,8 +207,10 @@ class Workspaces {
                      std::optional<FsStamp> stamp, JobReport base, std::function<void(JobReport)> done);
   // The report of a scan, from the git scan's output or a baseline.
   void answer_scan(const std::string& k, const ChangeReport& report, JobReport base, std::function<void(JobReport)>& done);
+  // `warm`: a warm target to bind read-only at /warm ("": none).
   std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
-                                        const std::string& mirror, const std::string& script) const;
+                                        const std::string& mirror, const std::string& script,
+                                        const std::string& warm = "") const;
 
   uv_loop_t* loop_;
   WorkspaceSettings s_;

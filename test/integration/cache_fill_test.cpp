@@ -1,11 +1,15 @@
 // Compile-cache fills through a real runner and the real `motor` (docs/compile-cache.md): a run
 // from a checkout whose default-branch tip its origin (a local bare repository over file://)
 // confirms starts one fill job as motor-cache, shown in exec.status as `base:<root>` while it
-// builds, then `ok` with the published commit; an unverified tip runs and prepares with no fill.
+// builds, then `ok` with the published commit; an unverified tip runs and prepares with no fill;
+// a new workspace starts from the published warm target, so its first `cargo build` (Debian's
+// cargo, offline: test/fixtures/rust-workspace) has nothing to compile; a build script and a
+// proc-macro that write the shared cache and CARGO_HOME change nothing shared.
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -67,6 +71,14 @@ class CacheFill : public ::testing::Test {
     }
     return s;
   }
+  // Replaces the clone's tree with a fixture of test/fixtures/ and pushes it: the verified tip.
+  void push_fixture(const std::string& name) {
+    sh(clone_, fmt::format("git rm -q Makefile && cp -a {}/test/fixtures/{}/. . && git add -A && git commit -qm {} && "
+                           "git push -q origin main", MOTOR_SOURCE_DIR, name, name));
+  }
+  CommandResult run_in_workspace(const std::string& key, const std::string& command) {
+    return runner_->client_in(clone_, {"run", "-w", key, "-c", command}, env_, std::chrono::seconds(280));
+  }
   std::string main_commit() {
     auto out = sh(clone_, "git rev-parse main");
     return out.substr(0, out.find('\n'));
@@ -124,6 +136,64 @@ TEST_F(CacheFill, current_client_unverified_default_tip_runs_and_prepares_withou
   EXPECT_EQ(json_field(s, "/result/repositories"), "[]") << s;
   struct stat st {};
   EXPECT_NE(stat((shared_ + "/written-by-fill").c_str(), &st), 0);
+}
+
+// The fill builds the tree at /workspace with its target at /workspace/target, where a caller's
+// job builds the same tree: cargo's fingerprints (absolute paths) hold in a copy of it.
+TEST_F(CacheFill, a_new_workspace_starts_from_the_published_warm_target_and_its_first_build_is_warm) {
+  MOTOR_REQUIRE(access("/usr/bin/cargo", X_OK) == 0, "scripts/setup installs Debian's cargo and rustc");
+  push_fixture("rust-workspace");
+  start_runner("cargo build");
+  // The first workspace, made before anything was published, keeps a target of its own.
+  ASSERT_EQ(run_in_clone("mkdir target && echo mine > target/own").exit_code, 0);
+  bool seen_running = false;
+  const std::string end = wait_for_fill_end(&seen_running);
+  ASSERT_EQ(json_field(end, "/result/repositories/0/last_rebuild_result"), "ok") << end << runner_->log();
+
+  auto warm = run_in_workspace("warm-1", "stat -c %U target/debug/warm-app && cargo build -v 2>&1 && target/debug/warm-app");
+  ASSERT_EQ(warm.exit_code, 0) << warm.out << warm.err << runner_->log();
+  EXPECT_EQ(warm.out.substr(0, warm.out.find('\n')), "motor-job");  // the workspace's own copy
+  for (const char* krate : {"regex", "serde", "warm-core", "warm-macros", "warm-app"}) {
+    EXPECT_NE(warm.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << warm.out;
+  }
+  EXPECT_EQ(warm.out.find("Compiling"), std::string::npos) << warm.out;  // nothing recompiled
+  EXPECT_NE(warm.out.find("\n45\n"), std::string::npos) << warm.out;
+
+  // A tree that differs from the published one rebuilds exactly what differs.
+  sh(clone_, "echo 'pub const EDITED: bool = true;' >> crates/warm-core/src/lib.rs");
+  auto edited = run_in_workspace("warm-2", "cargo build -v 2>&1");
+  ASSERT_EQ(edited.exit_code, 0) << edited.out << edited.err;
+  for (const char* krate : {"warm-core", "warm-app"}) {
+    EXPECT_NE(edited.out.find(fmt::format("Compiling {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
+  }
+  for (const char* krate : {"regex", "serde", "warm-macros"}) {
+    EXPECT_NE(edited.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
+  }
+  // The workspace that existed before is never given the warm target.
+  auto old = run_in_clone("cat target/own && test ! -e target/debug && echo untouched");
+  EXPECT_EQ(old.out, "mine\nuntouched\n") << old.err;
+  // The two new workspaces were handed the warm target (the metric of docs/compile-cache.md).
+  RawClient c(runner_->socket());
+  const std::string metrics = json_field(call_method(c, 2, "runner.status", R"({"metrics":true})"), "/result/metrics");
+  EXPECT_NE(metrics.find("motor_cache_warm_target_hits_total 2\n"), std::string::npos) << metrics;
+}
+
+// A caller's cargo build runs a build script and a proc-macro that rewrite, create and replace
+// entries of the shared cache and of CARGO_HOME (set into the shared cache): the build succeeds
+// (its private layer takes the writes) and the shared cache is as it was.
+TEST_F(CacheFill, a_build_script_and_a_proc_macro_never_change_the_shared_cache) {
+  MOTOR_REQUIRE(access("/usr/bin/cargo", X_OK) == 0, "scripts/setup installs Debian's cargo and rustc");
+  sh(base_, "mkdir shared-cache/cargo-home && echo kept > shared-cache/cargo-home/entry && "
+            "echo kept > shared-cache/replaced && chown -R motor-cache: shared-cache");
+  push_fixture("rust-cache-writer");
+  start_runner("\"\"");  // no fills: only the caller's job
+  const std::string before = tree_listing(shared_);
+  auto r = run_in_clone(fmt::format("SHARED_CACHE={0} CARGO_HOME={0}/cargo-home cargo build --offline 2>&1 && "
+                                    "target/debug/cache-writer && cat {0}/entry {0}/cargo-home/replaced",
+                                    shared_));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("expanded\npoisoned by a proc-macro\nswapped\n"), std::string::npos) << r.out;
+  EXPECT_EQ(tree_listing(shared_), before);
 }
 
 }  // namespace

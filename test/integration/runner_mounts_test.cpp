@@ -5,30 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include <fmt/format.h>
 
 #include "support/runner_harness.hpp"
 
 namespace motor::test {
 namespace {
-
-// Every entry under `dir` with its type, mode, owner, size and content: equal means unchanged.
-namespace fs = std::filesystem;
-
-std::string tree_listing(const std::string& dir) {
-  struct stat root {};
-  lstat(dir.c_str(), &root);
-  std::string out = fmt::format("{:o} {}:{}\n", root.st_mode, root.st_uid, root.st_gid);
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    struct stat st {};
-    lstat(e.path().c_str(), &st);
-    out += fmt::format("{} {:o} {}:{} {}\n", e.path().string(), st.st_mode, st.st_uid, st.st_gid, st.st_size);
-    if (S_ISREG(st.st_mode)) out += read_file(e.path().string()) + "\n";
-  }
-  return out;
-}
 
 class RunnerMounts : public ::testing::Test {
  protected:

@@ -104,6 +104,20 @@ std::string unique_marker() {
   return fmt::format("{}{:06}", getpid() % 1000, rd() % 1000000);
 }
 
+std::string tree_listing(const std::string& dir) {
+  namespace fs = std::filesystem;
+  struct stat root {};
+  lstat(dir.c_str(), &root);
+  std::string out = fmt::format("{:o} {}:{}\n", root.st_mode, root.st_uid, root.st_gid);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    lstat(e.path().c_str(), &st);
+    out += fmt::format("{} {:o} {}:{} {}\n", e.path().string(), st.st_mode, st.st_uid, st.st_gid, st.st_size);
+    if (S_ISREG(st.st_mode)) out += read_file(e.path().string()) + "\n";
+  }
+  return out;
+}
+
 std::vector<std::string> glob_paths(const std::string& pattern) {
   std::vector<std::string> out;
   glob_t g{};

@@ -35,6 +35,8 @@ std::string unique_marker();
 std::vector<pid_t> processes_with(const std::string& marker);
 // Paths matching a shell glob (none: empty).
 std::vector<std::string> glob_paths(const std::string& pattern);
+// Every entry under `dir` with its type, mode, owner, size and content: equal means unchanged.
+std::string tree_listing(const std::string& dir);
 // Peak resident set size (VmHWM) of a process, in bytes.
 int64_t peak_rss_bytes(pid_t pid);
 
