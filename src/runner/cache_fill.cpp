@@ -214,7 +214,7 @@ std::optional<workspace::WarmTarget> CacheFills::warm_target(const std::string& 
   const std::string dir = root_ + "/targets/" + it->first + "." + it->second.published_commit;
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
-  return workspace::WarmTarget{dir, it->second.published_source};
+  return workspace::WarmTarget{dir, it->second.published_source, nullptr};
 }
 
 void CacheFills::write_repositories(protocol::JsonWriter& w, const std::string& caller, int64_t now_ms) const {
