@@ -126,7 +126,7 @@ TEST_F(CacheEviction, a_running_fills_workspace_is_never_evicted) {
   // Sweeps run every second and on each cache.status; the fill's workspace is over 1K throughout.
   for (int i = 0; i < 3 && result() == "building"; ++i) {
     EXPECT_EQ(json_field(call("cache.status"), "/result/repositories/0/in_use"), "true");
-    EXPECT_TRUE(exists(dir + "/src/Makefile")) << "sweep " << i << " evicted the running fill's workspace";
+    EXPECT_TRUE(exists(dir + "/tree/Makefile")) << "sweep " << i << " evicted the running fill's workspace";
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
   }
   ASSERT_TRUE(wait_until([&] { return result() != "building"; })) << call("exec.status");
