@@ -30,7 +30,9 @@
 
 namespace motor::test {
 
-pid_t job_starter_of(pid_t runner) {
+namespace {
+
+pid_t find_job_starter(pid_t runner) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -46,6 +48,19 @@ pid_t job_starter_of(pid_t runner) {
     if (ppid == runner) return static_cast<pid_t>(std::stol(name));
   }
   return -1;
+}
+
+}  // namespace
+
+pid_t job_starter_of(pid_t runner) {
+  // The runner forks its starter, which then names itself: on a loaded host a test that asks
+  // right after the runner listens can come between the two.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const pid_t starter = find_job_starter(runner);
+    if (starter > 0 || std::chrono::steady_clock::now() >= deadline) return starter;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::set<std::string> netns_fds_of(pid_t pid) {
