@@ -15,6 +15,20 @@ const OptionSpec kWorkspace{"--workspace", "-w", "KEY", "the workspace key (defa
 const OptionSpec kUntrusted{"--untrusted", "", "", "the runner screens the change first and runs nothing unless it MAY EXECUTE"};
 const OptionSpec kBase{"--base", "", "REV", "with --untrusted: the trusted base revision (default HEAD)"};
 
+// Its own function for its long description (client_program stays under 80 lines).
+cli::VerbSpec cache_verb() {
+  return {"cache", "(status | clear [REPOSITORY_ROOT])",
+          "the operator's view of the compile cache, and its removal (docs/compile-cache.md)",
+          "status measures the compile cache now (and applies cache_max_size and cache_max_age_s, as "
+          "the periodic sweep does) and prints, per caller's repository, its published commit, the warm "
+          "target's age, its size and the last fill's result; then the totals and the limits. clear "
+          "removes one repository's fill workspace and warm target (every caller's of that path), or "
+          "every repository's without REPOSITORY_ROOT; exec.status then shows it as never built. clear "
+          "is refused (exit 75) while a fill of it is queued or running, or a workspace reads its "
+          "target. Both are the operator's (root, or the runner's account): a caller is refused (exit 77).",
+          {kSocket, kHost, kJson}};
+}
+
 }  // namespace
 
 const cli::ProgramSpec& client_program() {
@@ -67,16 +81,7 @@ const cli::ProgramSpec& client_program() {
               {"resume", "", "take new jobs again", "", {kSocket, kHost}},
               {"workspace", "(prepare | drop KEY | list)", "send this checkout's state to its workspace, drop one, list them",
                "", {kSocket, kHost, kWorkspace, kUntrusted, kBase}},
-              {"cache", "(status | clear [REPOSITORY_ROOT])",
-               "the operator's view of the compile cache, and its removal (docs/compile-cache.md)",
-               "status measures the compile cache now (and applies cache_max_size and cache_max_age_s, as "
-               "the periodic sweep does) and prints, per caller's repository, its published commit, the warm "
-               "target's age, its size and the last fill's result; then the totals and the limits. clear "
-               "removes one repository's fill workspace and warm target (every caller's of that path), or "
-               "every repository's without REPOSITORY_ROOT; exec.status then shows it as never built. clear "
-               "is refused (exit 75) while a fill of it is queued or running, or a workspace reads its "
-               "target. Both are the operator's (root, or the runner's account): a caller is refused (exit 77).",
-               {kSocket, kHost, kJson}},
+              cache_verb(),
               {"exec-remote", "(--stdio | --listen SOCKET)",
                "an exec-remote/v1 endpoint for a caller on this machine (docs/exec-remote.md)",
                "A caller that speaks exec-remote/v1, with no code of Motor's linked in, sends its requests here "
