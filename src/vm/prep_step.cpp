@@ -107,7 +107,7 @@ Expected<std::unique_ptr<PrepStep>> PrepStep::start(uv_loop_t* loop, sandbox::Cg
   cmd.max_output_bytes = static_cast<size_t>(spec.max_output_bytes);
   PrepStep* self = step.get();
   cmd.stream_output = [self](std::string_view bytes) {
-    if (const std::string text = self->utf8_.feed(bytes); !text.empty()) self->output_(text);
+    if (const std::string text = self->utf8_.feed(bytes); !text.empty() && self->output_) self->output_(text);
   };
   auto confined = spawn_confined(loop, cgroups, starter, box, std::move(cmd),
                                  [self](Expected<sandbox::SandboxedExit> e) { self->exited(std::move(e)); });
@@ -122,6 +122,18 @@ void PrepStep::stop() {
   confined_.child.reset();  // reaped on the loop
 }
 
+void PrepStep::kill() {
+  done_ = nullptr;
+  output_ = nullptr;
+  if (confined_.cgroup) (void)confined_.cgroup->kill_all();
+}
+
+bool PrepStep::processes_gone() const {
+  if (!confined_.cgroup) return true;
+  auto populated = confined_.cgroup->populated();
+  return !populated || !*populated;
+}
+
 // The cgroup holds everything the command started, also what left motor-init's PID namespace:
 // killed now, removed once empty (sandbox/cgroup_reaper.hpp).
 void PrepStep::remove_cgroup() { confined_.cgroup.reset(); }
@@ -132,7 +144,7 @@ void PrepStep::exited(Expected<sandbox::SandboxedExit> exit) {
   if (exit && exit->child.stdout_truncated) {
     tail += "\nmotor: the preparation's output stopped after " + std::to_string(exit->child.max_stdout_bytes) + " bytes\n";
   }
-  if (!tail.empty()) output_(tail);
+  if (!tail.empty() && output_) output_(tail);
   Done done = std::move(done_);
   if (!done) return;
   if (!exit) return done(make_error("vm", "it could not start: " + exit.error().message));

@@ -89,6 +89,12 @@ class PrepStep {
   ~PrepStep() { stop(); }
   // The same now; the destructor then has nothing left to do.
   void stop();
+  // Kills what runs (Done and Output are not called any more) and keeps the cgroup, so that
+  // processes_gone() tells when the kill has taken effect (cgroup.kill only queues the signals).
+  void kill();
+  // Nothing of the command is left: its cgroup lists no process (or is gone, or unreadable: the
+  // reaper that removes it kills what is left).
+  bool processes_gone() const;
   PrepStep(const PrepStep&) = delete;
   PrepStep& operator=(const PrepStep&) = delete;
 

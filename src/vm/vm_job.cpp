@@ -23,6 +23,8 @@ namespace {
 
 // How long QEMU may take to exit after libvirt's destroy returned before it is SIGKILLed.
 constexpr uint64_t kQemuExitWaitMs = 10000;
+// How many 10 ms looks teardown gives a killed preparation's processes to be gone (5 s).
+constexpr int kPrepGoneWaitTicks = 500;
 
 uint64_t since_us(uint64_t t0) { return (uv_hrtime() - t0) / 1000; }
 
@@ -451,8 +453,38 @@ void VmJob::teardown() {
   phase_ = Phase::kTearingDown;
   t_phase_ = uv_hrtime();
   tick_timer_.close();
+  // A preparation still running is killed, and the job ends only once its processes are gone,
+  // so that a client that saw the terminal record finds nothing of it.
+  if (prep_) prep_->kill();
+  if (prep_ && !prep_->processes_gone()) return wait_for_prep(domain_may_exist);
+  finish_teardown(domain_may_exist);
+}
+
+// cgroup.kill only queues the signals: polled every 10 ms, for 5 s at most (then the reaper has
+// what is left, as for a busy job cgroup).
+void VmJob::wait_for_prep(bool domain_may_exist) {
+  prep_wait_domain_ = domain_may_exist;
+  int rc = prep_wait_timer_.init(this, uv_timer_init, loop_);
+  if (rc == 0) {
+    rc = uv_timer_start(prep_wait_timer_.get(), [](uv_timer_t* t) {
+      auto* self = reactor::owner_of<VmJob>(t);
+      if (!self) return;
+      const bool gone = !self->prep_ || self->prep_->processes_gone();
+      if (!gone && ++self->prep_wait_ticks_ < kPrepGoneWaitTicks) return;
+      if (!gone) self->sink_.vm_log("the preparation's processes outlived its kill by 5 s; its cgroup's reaper has them");
+      self->prep_wait_timer_.close();
+      self->finish_teardown(self->prep_wait_domain_);
+    }, 10, 10);
+  }
+  if (auto st = reactor::uv_status(rc, "the timer that waits for the preparation's end"); !st) {
+    sink_.vm_log(st.error().message);
+    finish_teardown(domain_may_exist);
+  }
+}
+
+void VmJob::finish_teardown(bool domain_may_exist) {
   // Deferred: teardown may run inside a callback of one of these.
-  if (prep_) prep_->stop();  // its processes are gone before the job's terminal record
+  if (prep_) prep_->stop();
   struct Doomed {
     std::unique_ptr<QgaClient> agent;
     std::unique_ptr<DiskTool> tool;

@@ -145,6 +145,8 @@ class VmJob {
   void read_changes();
   void end(VmOutcome::Kind kind, int64_t code, std::string detail);
   void teardown();
+  void wait_for_prep(bool domain_may_exist);
+  void finish_teardown(bool domain_may_exist);
   void destroyed(Status s);
   void on_qemu_exit();
   void cleanup();
@@ -174,6 +176,9 @@ class VmJob {
   reactor::UvHandle<uv_timer_t> tick_timer_;
   void arm_tick(uint64_t ms);
   reactor::UvHandle<uv_timer_t> exit_wait_timer_;
+  reactor::UvHandle<uv_timer_t> prep_wait_timer_;  // teardown: until the killed prep's cgroup is empty
+  int prep_wait_ticks_ = 0;
+  bool prep_wait_domain_ = false;  // teardown's domain_may_exist, for when the wait ends
   bool qemu_gone_ = false;
   bool destroy_done_ = false;
   int64_t guest_pid_ = -1;
