@@ -58,9 +58,10 @@ class CacheFill : public ::testing::Test {
     return call_method(c, 1, "exec.status", "{}");
   }
   // Polls exec.status until the first repository's last_rebuild_result is not "building"; notes
-  // whether the fill was seen running as `base:<root>`.
+  // whether the fill was seen running as `base:<root>`. 240 s: the Rust fixture's cold fill takes
+  // about a minute on an idle 2-core host, and CI builds beside the tests.
   std::string wait_for_fill_end(bool* seen_running) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
     std::string s;
     while (std::chrono::steady_clock::now() < deadline) {
       s = status();
