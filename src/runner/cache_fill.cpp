@@ -165,7 +165,7 @@ Status CacheFills::publish(RepositoryFill& f, int64_t now_ms, std::string& repla
     return Error{"io", fmt::format("cannot publish {}: {}", link, std::strerror(errno))};
   }
   if (old_len > 0 && std::string_view(old, static_cast<size_t>(old_len)) != dest_name) {
-    replaced = root_ + "/targets/" + std::string(old, static_cast<size_t>(old_len));
+    replaced = "targets/" + std::string(old, static_cast<size_t>(old_len));
   }
   f.published_commit = f.building_commit;
   f.published_source = f.building_source;

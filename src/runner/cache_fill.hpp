@@ -60,7 +60,8 @@ class CacheFills {
   void started(const std::string& caller, const std::string& repository_root, const std::string& commit,
                const std::string& source_commit, const std::string& job_id);
   // The fill job ended. On success its copy of the target is published; an error says why not
-  // (the fill then counts as failed). Returns the replaced target directory to remove, if any.
+  // (the fill then counts as failed). Returns the replaced target directory to remove, if any,
+  // relative to the cache root.
   Expected<std::string> finished(const std::string& job_id, bool succeeded, int64_t now_ms);
   bool is_fill(const std::string& job_id) const;
   const RepositoryFill* of_job(const std::string& job_id) const;

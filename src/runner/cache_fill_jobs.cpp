@@ -5,7 +5,6 @@
 // read-only at /mirror. Its end publishes the warm target (cache_fill.hpp).
 #include <grp.h>
 
-#include <chrono>
 
 #include <fmt/format.h>
 
@@ -44,10 +43,6 @@ std::string fill_script(const std::string& command, const std::string& commit) {
       "git --git-dir={1} --work-tree=/workspace read-tree -u --reset {2}; mkdir -p target; "
       "/bin/sh -c {3}; cp -a --reflink=auto target {0}/published.new; chmod -R a+rX {0}/published.new",
       kFillMetaInJob, kFillMirrorInJob, commit, shell_quoted(command));
-}
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -107,7 +102,7 @@ void Runner::maybe_start_fill(const std::string& caller, const protocol::RunPara
   PendingStart pending{std::move(fill), "", config_.max_timeout_s, config_.default_memory_bytes, config_.default_cpus,
                        std::nullopt, {}, FillStart{p.repository_root, tip.commit, tree->commit, mirror}};
   cache_fills_.started(caller, p.repository_root, tip.commit, tree->commit, *id);
-  cache_fills_.mark_used(cache_fills_.name_of(caller, p.repository_root), unix_ms());
+  cache_fills_.mark_used(cache_fills_.name_of(caller, p.repository_root), unix_now_ms());
   metrics_.cache_fill_started();
   log_info("job {}: cache fill of {} at {} queued", *id, p.repository_root, tip.commit);
   admission_.enqueue(std::move(entry), std::move(pending));
@@ -143,18 +138,13 @@ void Runner::fill_finished(Job& job) {
   if (!cache_fills_.is_fill(job.id())) return;
   const auto& outcome = job.outcome();
   const bool succeeded = outcome.kind == protocol::Outcome::Kind::kExit && outcome.code == 0;
-  auto replaced = cache_fills_.finished(job.id(), succeeded, unix_ms());
+  auto replaced = cache_fills_.finished(job.id(), succeeded, unix_now_ms());
   metrics_.cache_fill_finished(replaced ? "ok" : "failed");
   sweep_cache();  // what the fill added counts against cache_max_size now
   if (!replaced) return log_info("job {}: cache fill failed: {}", job.id(), replaced.error().message);
   log_info("job {}: cache fill published", job.id());
   if (replaced->empty()) return;
-  reactor::ChildSpec rm;
-  rm.file = "/bin/rm";
-  rm.argv = {"rm", "-rf", "--", *replaced};
-  workspace::run_child(loop_, std::move(rm), [path = *replaced](workspace::ChildResult r) {
-    if (!r.ok()) log_error("the replaced warm target {} was not removed: {}", path, r.describe());
-  });
+  remove_in_cache(*replaced);
 }
 
 }  // namespace motor::runner

@@ -71,7 +71,7 @@ void Runner::write_cache_status(JsonWriter& w, int64_t now) const {
     if (f.last_used_ms > 0) w.field("last_used_age_s", std::max<int64_t>(0, (now - f.last_used_ms) / 1000));
     else w.field_null("last_used_age_s");
     w.field("fill_bytes", fill_bytes).field("target_bytes", target_bytes).field("bytes", fill_bytes + target_bytes);
-    w.field("in_use", !f.building_job.empty() || target_uses_.in_use(name)).end_object();
+    w.field("in_use", cache_in_use(name, f)).end_object();
   }
   w.end_array();
   w.key("totals").begin_object().field("fill_bytes", fill).field("target_bytes", target);
@@ -89,7 +89,7 @@ void Runner::handle_cache_clear(Session& session, const protocol::Request& r) {
   for (const auto& [name, f] : cache_fills_.repositories()) {
     if (*only && f.repository_root != **only) continue;
     // Refused, not waited for: a fill runs up to max_timeout_s, and cancelling it is the caller's call.
-    if (!f.building_job.empty() || target_uses_.in_use(name)) {
+    if (cache_in_use(name, f)) {
       return session.send(protocol::encode_error(
           r.id, "cache_busy",
           f.building_job.empty()

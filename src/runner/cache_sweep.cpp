@@ -49,7 +49,7 @@ Status Runner::start_cache_sweeps() {
   if (::mkdir((cache_fills_.root() + "/trash").c_str(), 0700) != 0 && errno != EEXIST) {
     return make_error("io", fmt::format("cannot make {}/trash: {}", cache_fills_.root(), std::strerror(errno)));
   }
-  remove_cache_trash("trash/*");  // what an earlier runner moved there
+  remove_in_cache("trash/*");  // what an earlier runner moved there
   const uint64_t every_ms = static_cast<uint64_t>(config_.cache_sweep_interval_s) * 1000;
   if (auto s = reactor::uv_status(cache_sweep_timer_.init(this, uv_timer_init, loop_), "the cache sweep timer"); !s) return s;
   if (auto s = reactor::uv_status(uv_timer_start(cache_sweep_timer_.get(), [](uv_timer_t* h) {
@@ -69,12 +69,12 @@ TargetUses::Use Runner::warm_target_used(const std::string& caller, const std::s
   return target_uses_.hold(name);
 }
 
-void Runner::remove_cache_trash(const std::string& relative_glob) {
+void Runner::remove_in_cache(const std::string& relative_glob) {
   reactor::ChildSpec rm;
   rm.file = "/bin/sh";
   rm.argv = {"sh", "-c", "cd \"$1\" && shift && exec rm -rf -- $@", "sh", cache_fills_.root(), relative_glob};
-  workspace::run_child(loop_, std::move(rm), [](workspace::ChildResult r) {
-    if (!r.ok()) log_error("the compile cache's trash was not removed: {}", r.describe());
+  workspace::run_child(loop_, std::move(rm), [relative_glob](workspace::ChildResult r) {
+    if (!r.ok()) log_error("{} in the compile cache was not removed: {}", relative_glob, r.describe());
   });
 }
 
@@ -112,11 +112,11 @@ std::vector<CacheItem> Runner::cache_items(const std::vector<MeasuredPath>& meas
     if (it != repos.end()) {
       const RepositoryFill& f = it->second;
       item.last_used_ms = std::max(item.last_used_ms, f.last_used_ms);
-      // A queued or running fill holds its whole repository: its end publishes into it.
-      item.in_use = !f.building_job.empty();
+      item.in_use = cache_in_use(item.name, f);
       item.newest_target = item.kind == CacheItemKind::kTarget && commit == f.published_commit;
+    } else {
+      item.in_use = target_uses_.in_use(item.name);
     }
-    item.in_use = item.in_use || target_uses_.in_use(item.name);
     items.push_back(std::move(item));
   }
   return items;
@@ -165,7 +165,7 @@ bool Runner::evict_cache_item(const CacheItem& item) {
     ::unlink((root + "/targets/" + item.name + ".record").c_str());
     cache_fills_.forget_build(item.name);  // exec.status: never built
   }
-  remove_cache_trash(trashed);
+  remove_in_cache(trashed);
   return true;
 }
 

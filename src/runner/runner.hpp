@@ -206,8 +206,13 @@ class Runner : public JobHost, private AdmissionHost {
   void sweep_cache(std::function<void()> then = nullptr);
   void cache_measured(workspace::ChildResult r);
   std::vector<CacheItem> cache_items(const std::vector<MeasuredPath>& measured) const;
+  // A queued or running fill holds its whole repository (its end publishes into it); a held
+  // warm target (a workspace copying it) holds it too: neither eviction nor clear touches it.
+  bool cache_in_use(const std::string& name, const RepositoryFill& f) const {
+    return !f.building_job.empty() || target_uses_.in_use(name);
+  }
   bool evict_cache_item(const CacheItem& item);  // renamed into trash/, removed by a child
-  void remove_cache_trash(const std::string& relative_glob);
+  void remove_in_cache(const std::string& relative_glob);  // `rm -rf` in a child, below the cache root
   void clear_cache_of(const std::string& name);
   bool refuse_unless_operator(Session& session, const protocol::Request& r);
   void handle_cache_status(Session& session, const protocol::Request& request);
