@@ -46,7 +46,8 @@ Workspaces::Refusal setup_failed(std::string detail) {
 // shell: a detached HEAD is the commit id on one line, and this git dir is the runner's own.
 // Every process here costs ~10-20 ms on a loaded host, so the common path runs two gits. A new
 // workspace with nothing in it yet ("new") needs only the checkout: nothing to refresh, restore
-// or clean. Checkouts of many files write them with one worker per CPU (git's parallel checkout).
+// or clean. One git writes the files: git's parallel checkout (checkout.workers=0) took 1.3-1.8x
+// the time of one worker for 10,000 files on 2 CPUs (bench/README.md, "the first prepare").
 // A new workspace whose repository has a warm target (bound at /warm, $4 the mirror commit it was
 // built from) starts with a copy of it as target/, made as the job account (so it is the
 // workspace's own). Cargo rebuilds a unit when a source it read is newer than the unit's outputs,
@@ -78,14 +79,14 @@ got=$(git rev-parse -q --verify "$commit^{tree}") || { echo "the mirror has no c
 [ "$got" = "$tree" ] || { echo "the commit's tree is $got" >&2; exit 11; }
 if [ -e /workspace/.git ] || [ -L /workspace/.git ]; then rm -rf /workspace/.git || exit 12; fi
 if [ "$mode" = new ]; then
-  git -c checkout.workers=0 read-tree --reset -u "$commit" || exit 12
+  git read-tree --reset -u "$commit" || exit 12
 elif [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; then
   # git would open (and block on) a FIFO or device named like one of its own files; the checkout
   # replaces the tree anyway.
   find /workspace \( -name .gitignore -o -name .gitattributes -o -name .gitmodules -o -name .mailmap \) \
     \( -type p -o -type s -o -type b -o -type c \) -delete 2>/dev/null
   git update-index -q --refresh >/dev/null 2>&1
-  git -c checkout.workers=0 read-tree --reset -u "$commit" || exit 12
+  git read-tree --reset -u "$commit" || exit 12
   git clean -ffdq || exit 12
 fi
 if [ "$mode" = new ] && [ -n "$warm" ] && [ -d /warm ] && [ ! -e /workspace/target ] && [ ! -L /workspace/target ]; then
