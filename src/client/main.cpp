@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/heap_reuse.hpp"
 #include "client/cli.hpp"
 #include "client/cli_spec.hpp"
 #include "client/exit_codes.hpp"
@@ -13,6 +14,7 @@
 #include "motor/version.hpp"
 
 int main(int argc, char** argv) {
+  motor::keep_large_buffers_on_the_heap();
   std::vector<std::string> args(argv + 1, argv + argc);
   const motor::cli::ProgramSpec& program = motor::client::client_program();
   const motor::cli::VerbSpec* verb = nullptr;  // the first word that is not an option

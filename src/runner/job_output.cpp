@@ -1,5 +1,7 @@
 #include "runner/job_output.hpp"
 
+#include <fcntl.h>
+
 #include "base/log.hpp"
 
 namespace motor::runner {
@@ -31,10 +33,12 @@ Status JobOutput::open(Pipe& p, UniqueFd fd, JobLog::Kind kind) {
   p.owner = this;
   p.kind = kind;
   if (auto s = reactor::uv_status(p.pipe.init(&p, uv_pipe_init, loop_, 0), "an output pipe"); !s) return s;
+  // Best effort: a pipe left at the kernel's size is read the same way, in smaller chunks.
+  (void)fcntl(fd.get(), F_SETPIPE_SZ, static_cast<int>(kReadBytes));
   if (auto s = reactor::uv_status(uv_pipe_open(p.pipe.get(), fd.get()), "opening an output pipe"); !s) return s;
   (void)fd.release();  // the pipe handle owns it now
   p.eof = false;
-  p.buf = std::make_unique<char[]>(kReadBytes);
+  p.buf = std::make_unique_for_overwrite<char[]>(kReadBytes);  // not zeroed: pages a short job never fills stay untouched
   return read(p);
 }
 

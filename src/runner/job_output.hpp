@@ -48,7 +48,9 @@ class JobOutput {
     std::string pending;
     std::unique_ptr<char[]> buf;  // while the pipe is read: a finished job keeps none
   };
-  static constexpr size_t kReadBytes = 64 * 1024;
+  // A read takes as much as one log record holds, from a pipe made that large (F_SETPIPE_SZ):
+  // a job writing fast wakes the loop a quarter as often as with the kernel's 64 KiB pipe.
+  static constexpr size_t kReadBytes = JobLog::kMaxPayload;
   Status open(Pipe& p, UniqueFd fd, JobLog::Kind kind);
   Status read(Pipe& p);
   void resume(Pipe& p);  // reading again after a hold-back; a failure ends the stream

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/heap_reuse.hpp"
 #include "motor/error_kind.hpp"
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
@@ -213,6 +214,7 @@ std::optional<int> run_verb_without_config(const motor::cli::ParsedCommand& cmd)
 }  // namespace
 
 int main(int argc, char** argv) {
+  motor::keep_large_buffers_on_the_heap();
   using namespace motor;
   using namespace motor::runner;
   using namespace motor::config;
