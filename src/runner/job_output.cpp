@@ -33,8 +33,8 @@ Status JobOutput::open(Pipe& p, UniqueFd fd, JobLog::Kind kind) {
   p.owner = this;
   p.kind = kind;
   if (auto s = reactor::uv_status(p.pipe.init(&p, uv_pipe_init, loop_, 0), "an output pipe"); !s) return s;
-  // Best effort: a pipe left at the kernel's size is read the same way, in smaller chunks.
-  (void)fcntl(fd.get(), F_SETPIPE_SZ, static_cast<int>(kReadBytes));
+  // Best effort: a pipe left at the kernel's size is read the same way.
+  (void)fcntl(fd.get(), F_SETPIPE_SZ, kPipeBytes);
   if (auto s = reactor::uv_status(uv_pipe_open(p.pipe.get(), fd.get()), "opening an output pipe"); !s) return s;
   (void)fd.release();  // the pipe handle owns it now
   p.eof = false;

@@ -48,9 +48,14 @@ class JobOutput {
     std::string pending;
     std::unique_ptr<char[]> buf;  // while the pipe is read: a finished job keeps none
   };
-  // A read takes as much as one log record holds, from a pipe made that large (F_SETPIPE_SZ):
-  // a job writing fast wakes the loop a quarter as often as with the kernel's 64 KiB pipe.
-  static constexpr size_t kReadBytes = JobLog::kMaxPayload;
+  // One read, one log record. Not larger: the records are what followers are sent whole, and a
+  // client buffer (client_buffer_size, 64 KiB at its smallest) takes one at a time; with 256 KiB
+  // records the silent followers of RunnerSessions.ClientsThatNeverReadAreBoundedInTotal kept
+  // client_buffer_total full and a runner.status waited behind them for seconds.
+  static constexpr size_t kReadBytes = 64 * 1024;
+  // The pipe itself holds more (F_SETPIPE_SZ): a job writing fast blocks less often, and one
+  // wakeup of the loop reads several records.
+  static constexpr int kPipeBytes = 256 * 1024;
   Status open(Pipe& p, UniqueFd fd, JobLog::Kind kind);
   Status read(Pipe& p);
   void resume(Pipe& p);  // reading again after a hold-back; a failure ends the stream

@@ -374,7 +374,7 @@ TEST_F(RunnerSessions, ClientsThatNeverReadAreBoundedInTotal) {
   }
   std::this_thread::sleep_for(1500ms);
   const std::string status = runner_status(*runner);
-  ASSERT_NE(json_field(status, "/result/client_buffered_bytes")[0], '<') << status;
+  ASSERT_NE(json_field(status, "/result/client_buffered_bytes")[0], '<') << status << runner->log();
   const int64_t buffered = std::stoll(json_field(status, "/result/client_buffered_bytes"));
   const int64_t peak = std::stoll(json_field(status, "/result/client_buffered_peak_bytes"));
   const int64_t rss = rss_bytes(runner->pid());
