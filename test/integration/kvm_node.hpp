@@ -31,11 +31,26 @@ class KvmNode {
   std::string path() const { return dir_ + "/kvm"; }
 
   // For RunnerProcess::use_binary: runs `runner` in a private mount namespace (it dies with the
-  // runner) in which /dev/kvm is this node. A host without /dev/kvm needs no bind: nothing there
-  // to open.
+  // runner) in which /dev/kvm is this node. On a host without a /dev/kvm (no KVM driver; seen on
+  // one machine of this kind) there is nothing to bind over, so that namespace gets a /dev of its
+  // own: a tmpfs holding a bind of each of /dev's entries and the node as kvm, moved onto /dev.
   std::vector<std::string> runner_with_node_as_dev_kvm(const std::string& runner) const {
-    return {"--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
-            "if [ -e /dev/kvm ]; then mount --bind " + path() + " /dev/kvm || exit 126; fi; exec \"$0\" \"$@\"", runner};
+    const std::string own_dev = dir_ + "/dev";
+    const std::string script =
+        "set -u\n"
+        "if [ -e /dev/kvm ]; then mount --bind " + path() + " /dev/kvm || exit 126; exec \"$0\" \"$@\"; fi\n"
+        "d=" + own_dev + "\n"
+        "mkdir -p \"$d\" && mount -t tmpfs -o mode=0755 motor-test-dev \"$d\" || exit 126\n"
+        "for e in /dev/* /dev/.[!.]*; do\n"
+        "  [ -e \"$e\" ] || [ -L \"$e\" ] || continue\n"
+        "  n=${e#/dev/}\n"
+        "  if [ -L \"$e\" ]; then cp -P \"$e\" \"$d/$n\"\n"
+        "  elif [ -d \"$e\" ]; then mkdir \"$d/$n\" && mount --rbind \"$e\" \"$d/$n\"\n"
+        "  else : > \"$d/$n\" && mount --bind \"$e\" \"$d/$n\"; fi || exit 126\n"
+        "done\n"
+        ": > \"$d/kvm\" && mount --bind " + path() + " \"$d/kvm\" && mount --move \"$d\" /dev || exit 126\n"
+        "exec \"$0\" \"$@\"\n";
+    return {"--mount", "--propagation", "slave", "--", "/bin/sh", "-c", script, runner};
   }
 
  private:
