@@ -38,7 +38,7 @@ Status JobOutput::open(Pipe& p, UniqueFd fd, JobLog::Kind kind) {
   if (auto s = reactor::uv_status(uv_pipe_open(p.pipe.get(), fd.get()), "opening an output pipe"); !s) return s;
   (void)fd.release();  // the pipe handle owns it now
   p.eof = false;
-  p.buf = std::make_unique_for_overwrite<char[]>(kReadBytes);  // not zeroed: pages a short job never fills stay untouched
+  p.buf = std::make_unique_for_overwrite<char[]>(kReadBytes);  // not zeroed: only what a read filled is used
   return read(p);
 }
 
