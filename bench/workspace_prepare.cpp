@@ -75,14 +75,16 @@ void make_checkout(const std::string& repo) {
 // three in turn, so none always follows the same one.
 void first_prepare_row(const MotorCli& motor, const std::string& base, int n) {
   std::vector<double> first_motor, first_clone, first_rsync, first_fetch, first_checkout;
+  // Round i's workspace key and client cache: prepared in the round, dropped after the last.
+  auto key = [](int i) { return fmt::format("first{}", i); };
+  auto cache = [&](int i) { return fmt::format("{}/cache-first-{}", base, i); };
   for (int i = 0; i < n; ++i) {
     for (int turn = 0; turn < 3; ++turn) {
       switch ((i + turn) % 3) {
         case 0: {
           sh(fmt::format("rm -rf {}/mirrors/root", motor.runner.state_dir()));  // a bare directory: cheap
           CommandResult r;
-          first_motor.push_back(
-              motor({"workspace", "prepare", "-w", fmt::format("first{}", i)}, fmt::format("{}/cache-first-{}", base, i), &r));
+          first_motor.push_back(motor({"workspace", "prepare", "-w", key(i)}, cache(i), &r));
           // "... (runner: fetch N ms, checkout M ms)"
           if (auto at = r.out.find("fetch "); at != std::string::npos) first_fetch.push_back(std::atof(r.out.c_str() + at + 6));
           if (auto at = r.out.find("checkout "); at != std::string::npos) {
@@ -101,7 +103,7 @@ void first_prepare_row(const MotorCli& motor, const std::string& base, int n) {
     }
   }
   for (int i = 0; i < n; ++i) {
-    motor({"workspace", "drop", fmt::format("first{}", i)}, fmt::format("{}/cache-first-{}", base, i));
+    motor({"workspace", "drop", key(i)}, cache(i));
     sh(fmt::format("rm -rf {0}/clone{1} {0}/rsync{1}", base, i));
   }
   fmt::print("workspace prepare, 10,000 files, medians of {} runs (ms); load average {}", n,
