@@ -1,7 +1,6 @@
 #include "runner/job_systemd.hpp"
 
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -24,15 +23,6 @@ constexpr const char* kManagerPath = kSystemdManagerPath;
 constexpr const char* kManager = kSystemdManager;
 // Once the job exited: how often the unit is looked up, in case its UnitRemoved was missed.
 constexpr uint64_t kGonePollMs = 250;
-
-// What motor-unit-entry (User=motor-job) needs, as ambient capabilities, to build the sandbox:
-// mounts and pivot_root, the /dev nodes, the hostname and loopback, the supplementary groups,
-// the securebits and bounding-set drop, and reading caches other accounts own. The child clears
-// them all before it execs motor-init: the job itself has none.
-constexpr uint64_t kEntryCapabilities =
-    (1ULL << CAP_SYS_ADMIN) | (1ULL << CAP_SETUID) | (1ULL << CAP_SETGID) | (1ULL << CAP_SETPCAP) |
-    (1ULL << CAP_MKNOD) | (1ULL << CAP_SYS_CHROOT) | (1ULL << CAP_NET_ADMIN) | (1ULL << CAP_DAC_OVERRIDE) |
-    (1ULL << CAP_DAC_READ_SEARCH) | (1ULL << CAP_FOWNER) | (1ULL << CAP_CHOWN);
 
 // StartTransientUnit's properties, a(sv).
 int prop_s(sd_bus_message* m, const char* name, const char* value) { return sd_bus_message_append(m, "(sv)", name, "s", value); }
@@ -96,7 +86,8 @@ SystemdExecution::~SystemdExecution() {
   for (sd_bus_slot* slot : {start_slot_, removed_match_, job_match_, get_unit_slot_}) sd_bus_slot_unref(slot);
 }
 
-Status SystemdExecution::start(const sandbox::SandboxConfig& box) {
+Status SystemdExecution::start(sandbox::SandboxConfig box) {
+  box.own_user_namespace = true;  // the unit holds no capability (CapabilityBoundingSet= below)
   if (!units_.bus().connected()) return make_error("io", "the connection to systemd's bus is broken");
   int control[2], out_pipe[2], err_pipe[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) < 0) return sys_error("socketpair");
@@ -180,8 +171,9 @@ Status SystemdExecution::send_start(int control_fd, int out_fd, int err_fd) {
   }
   if (r >= 0) r = prop_s(m, "User", launch_.command.account->name.c_str());
   if (r >= 0) r = prop_b(m, "NoNewPrivileges", true);
-  if (r >= 0) r = prop_t(m, "CapabilityBoundingSet", kEntryCapabilities);
-  if (r >= 0) r = prop_t(m, "AmbientCapabilities", kEntryCapabilities);
+  // No capability at all: motor-unit-entry builds the sandbox in a user namespace of the job's
+  // own (sandbox/user_namespace.hpp), where it holds what building takes over that namespace only.
+  if (r >= 0) r = prop_t(m, "CapabilityBoundingSet", 0);
   // Everything of the unit dies at once on a kill or a stop, as a direct job's cgroup does.
   if (r >= 0) r = prop_s(m, "KillMode", "control-group");
   if (r >= 0) r = prop_i(m, "KillSignal", SIGKILL);

@@ -2,9 +2,9 @@
 // systemd backend"). The unit `motor-job-<id>.service` in motor-jobs.slice is started with
 // StartTransientUnit on the loop's bus connection (systemd_units.hpp), with the job's claim as
 // MemoryMax, MemorySwapMax, TasksMax, AllowedCPUs (and CPUAffinity), User=motor-job,
-// NoNewPrivileges, and a capability bounding set (and ambient set) of only what building the
-// sandbox takes; its ExecStart is motor-unit-entry (src/sandbox/unit_entry/main.cpp), which builds
-// the job sandbox inside the unit and execs motor-init with no capabilities left.
+// NoNewPrivileges and an empty CapabilityBoundingSet; its ExecStart is motor-unit-entry
+// (src/sandbox/unit_entry/main.cpp), which builds the job sandbox inside the unit, in a user
+// namespace of the job's own (sandbox/user_namespace.hpp), and execs motor-init.
 //
 // The unit's stdin is a socket to the runner (the sandbox request goes in, the setup status and
 // the wait status come out); its stdout and stderr are the runner's own output pipes, passed over
@@ -49,7 +49,7 @@ class SystemdExecution : public Execution {
   ~SystemdExecution() override;
 
   // Sends StartTransientUnit (the answer comes on the loop). On error nothing was asked of systemd.
-  Status start(const sandbox::SandboxConfig& box);
+  Status start(sandbox::SandboxConfig box);
 
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;

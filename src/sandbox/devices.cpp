@@ -8,7 +8,7 @@
 
 namespace motor::sandbox {
 
-void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes) {
+void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes, DeviceNodes nodes) {
   // Not nodev (the nodes must work); nosuid, noexec, and read-only once populated.
   ops.push_back(filesystem_op("tmpfs", "/dev", {{"mode", "0755"}, {"size", "64k"}, {"nr_inodes", "64"}},
                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, /*read_only_after=*/true));
@@ -18,8 +18,14 @@ void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes) {
   };
   static constexpr Node kNodes[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
                                     {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
-  for (const Node& node : kNodes)
-    ops.push_back(char_device_op(std::string("/dev/") + node.name, node.major, node.minor, 0666));
+  for (const Node& node : kNodes) {
+    const std::string path = std::string("/dev/") + node.name;
+    if (nodes == DeviceNodes::kMade) {
+      ops.push_back(char_device_op(path, node.major, node.minor, 0666));
+    } else {  // the host's node, checked in the child to be the one named here (bind_device_op)
+      ops.push_back(bind_device_op(path, node.major, node.minor));
+    }
+  }
 
   ops.push_back(filesystem_op("tmpfs", "/dev/shm", {{"mode", "1777"}, {"size", std::to_string(shm_size_bytes)}},
                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false));

@@ -15,6 +15,10 @@ namespace motor::sandbox {
 // opens more gets ENOSPC.
 inline constexpr int kJobPtyMax = 64;
 
-void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes);
+// How the nodes get there: mknod (needs CAP_MKNOD in the initial user namespace), or, for a
+// sandbox in its own user namespace (user_namespace.hpp), read-only binds of the host's nodes.
+enum class DeviceNodes { kMade, kBoundFromHost };
+
+void plan_devices(std::vector<MountOp>& ops, uint64_t shm_size_bytes, DeviceNodes nodes = DeviceNodes::kMade);
 
 }  // namespace motor::sandbox

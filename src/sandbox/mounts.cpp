@@ -247,6 +247,12 @@ MountOp char_device_op(const std::string& target, unsigned major, unsigned minor
   return op;
 }
 
+MountOp bind_device_op(const std::string& path, unsigned major, unsigned minor) {
+  MountOp op = bind_op(path, path, false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "bind host device " + path);
+  op.device = makedev(major, minor);
+  return op;
+}
+
 Status finish_mount_plan(MountPlan& plan) {
   std::stable_sort(plan.ops.begin(), plan.ops.end(),
                    [](const MountOp& a, const MountOp& b) { return a.target < b.target; });
@@ -276,9 +282,13 @@ int capture_bind_sources(const MountPlan& plan, MountScratch& scratch, const cha
     const int src = openat2_host(op.source.c_str());
     if (src < 0) return errno;
     struct stat st {};
-    if (fstat(src, &st) != 0 || S_ISDIR(st.st_mode) != op.source_is_dir || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+    const bool stated = fstat(src, &st) == 0;
+    const bool kind_as_planned = op.device != 0 ? S_ISCHR(st.st_mode) && st.st_rdev == op.device
+                                                : S_ISDIR(st.st_mode) == op.source_is_dir &&
+                                                      (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode));
+    if (!stated || !kind_as_planned) {
       close(src);
-      return ENOTDIR;  // the source changed kind since the plan was made
+      return ENOTDIR;  // the source changed kind since the plan was made (or is not the device named)
     }
     scratch.fds[i] = open_tree(src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
     const int err = errno;

@@ -42,7 +42,7 @@ struct MountOp {
   bool read_only_after = false;      // kFilesystem: made read-only once everything under it exists
   std::string content;               // kFile
   mode_t mode = 0;                   // kFile, kCharDevice
-  dev_t device = 0;                  // kCharDevice
+  dev_t device = 0;                  // kCharDevice; kBind: the source must be this character device
   std::string stage;                 // names the step in a setup failure ("bind /usr")
   std::shared_ptr<const UniqueFd> idmap_userns;  // kBind: idmapped through this user namespace
 };
@@ -70,6 +70,9 @@ MountOp file_op(const std::string& target, std::string content, mode_t mode);
 MountOp symlink_op(const std::string& target, const std::string& text);
 MountOp mask_op(const std::string& target, const std::string& empty_file);
 MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode);
+// The host's character device at the same path, bound read-only (its mode and owner stay the
+// host's), nosuid, noexec: for a sandbox that may not mknod (devices.hpp).
+MountOp bind_device_op(const std::string& path, unsigned major, unsigned minor);
 
 // Sorts the ops and refuses duplicate targets.
 Status finish_mount_plan(MountPlan& plan);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <vector>
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
@@ -27,6 +28,8 @@ constexpr Kind kKinds[] = {
     {"cgroup", CLONE_NEWCGROUP, "cgroup namespace is not new", Control{"cgroup-namespace"}},
 };
 
+constexpr Kind kUser = {"user", CLONE_NEWUSER, "user namespace is not new", std::nullopt};
+
 // Test build only: a weakened namespace is neither created nor checked.
 bool weakened(const Kind& kind) { return kind.control && control_weakened(*kind.control); }
 
@@ -40,11 +43,18 @@ uint64_t job_namespace_flags() {
   return flags;
 }
 
-Expected<NamespacePlan> plan_namespaces() {
+Expected<NamespacePlan> plan_namespaces(bool own_user_namespace) {
   NamespacePlan plan;
   plan.clone_flags = job_namespace_flags();
+  std::vector<Kind> kinds;
+  if (own_user_namespace) {
+    plan.clone_flags |= kUser.flag;
+    kinds.push_back(kUser);
+  }
   for (const Kind& kind : kKinds) {
-    if (weakened(kind)) continue;
+    if (!weakened(kind)) kinds.push_back(kind);
+  }
+  for (const Kind& kind : kinds) {
     NamespaceIdentity id;
     id.path = std::string("/proc/self/ns/") + kind.name;
     id.stage = kind.stage;

@@ -31,7 +31,8 @@ struct NamespacePlan {
   int prepared_net_fd = -1;
 };
 
-Expected<NamespacePlan> plan_namespaces();
+// own_user_namespace: CLONE_NEWUSER too, so the user namespace owns the others (user_namespace.hpp).
+Expected<NamespacePlan> plan_namespaces(bool own_user_namespace = false);
 
 // Makes the job enter `net_fd` (a never-used namespace from the pool) instead of creating one;
 // a plan without CLONE_NEWNET (a test build's weakened "network-namespace") is left as it is.

@@ -164,6 +164,7 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box) {
     w.str(text);
   }
   w.num(box.mask_special_git_files ? 1 : 0);
+  w.num(box.own_user_namespace ? 1 : 0);
 }
 
 bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
@@ -190,6 +191,7 @@ bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
     box.symlinks.emplace_back(std::move(path), r.str());
   }
   box.mask_special_git_files = r.num() != 0;
+  box.own_user_namespace = r.num() != 0;
   return r.ok();
 }
 

@@ -66,6 +66,10 @@ struct SandboxConfig {
   // device is covered with an empty read-only file (git opens those by name; a FIFO would block
   // it for good). For the workspace's git helpers, which run after the job's cgroup is empty.
   bool mask_special_git_files = false;
+  // Built by the job account itself, holding no capabilities, in a user namespace of the job's
+  // own (user_namespace.hpp): a systemd backend job's motor-unit-entry, in a unit with an empty
+  // CapabilityBoundingSet (runner/job_systemd.cpp sets it).
+  bool own_user_namespace = false;
 };
 
 }  // namespace motor::sandbox

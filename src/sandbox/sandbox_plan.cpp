@@ -10,6 +10,7 @@
 #include <array>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
@@ -21,6 +22,7 @@
 #include "sandbox/loopback.hpp"
 #include "sandbox/overlay.hpp"
 #include "sandbox/proc.hpp"
+#include "sandbox/user_namespace.hpp"
 
 namespace motor::sandbox {
 namespace {
@@ -172,6 +174,23 @@ Status check_config(const SandboxConfig& config) {
   return {};
 }
 
+// An idmapped bind takes CAP_SYS_ADMIN over the source's filesystem, which a builder in its own
+// user namespace does not have: refused here rather than failing in the child.
+Status check_no_idmap(const SandboxConfig& config) {
+  std::vector<const BindMount*> binds{&config.workspace};
+  for (const auto* list : {&config.writable, &config.read_only, &config.overlaid}) {
+    for (const BindMount& b : *list) binds.push_back(&b);
+  }
+  for (const BindMount* b : binds) {
+    if (b->idmap) {
+      return make_error("config", "an idmapped bind (" + b->source +
+                                      ", a shared cache shown as the job's own) needs the direct job backend: a sandbox "
+                                      "in its own user namespace cannot make one");
+    }
+  }
+  return {};
+}
+
 // /etc/passwd, group, hostname, hosts, nsswitch.conf and, for an outbound job, resolv.conf.
 Status add_identity_files(MountPlan& mounts, const SandboxConfig& config) {
   const std::string home = config.workspace.target.empty() ? config.workspace.source : config.workspace.target;
@@ -221,9 +240,15 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   if (auto st = check_config(config); !st) return st.error();
 
   SandboxPlan plan;
-  auto ns = plan_namespaces();
+  auto ns = plan_namespaces(config.own_user_namespace);
   if (!ns) return ns.error();
   plan.namespaces = std::move(*ns);
+  if (config.own_user_namespace) {
+    if (auto st = check_no_idmap(config); !st) return st.error();
+    auto ids = plan_user_namespace(config.uid, config.gid);
+    if (!ids) return ids.error();
+    plan.user_namespace = std::move(*ids);
+  }
   auto caps = plan_capabilities();
   if (!caps) return caps.error();
   plan.capabilities = *caps;
@@ -262,7 +287,8 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   }
   if (auto st = add_identity_files(mounts, config); !st) return st.error();
   if (auto st = add_tmp(mounts, config); !st) return st.error();
-  plan_devices(mounts.ops, config.shm_size_bytes);
+  plan_devices(mounts.ops, config.shm_size_bytes,
+               config.own_user_namespace ? DeviceNodes::kBoundFromHost : DeviceNodes::kMade);
   plan_proc(mounts.ops);
   if (control_weakened("no-sys")) mounts.ops.push_back(bind_op("/sys", "/sys", true, kWritable, "bind host /sys (test build)"));
   if (auto st = finish_mount_plan(mounts); !st) return st.error();
@@ -278,8 +304,12 @@ ChildHooks make_child_hooks(const SandboxPlan& plan) {
   hooks.stamps = std::make_shared<ChildStamps>();
   hooks.clone_flags = plan.namespaces.clone_flags;
   hooks.exec_fd = plan.init_fd ? plan.init_fd->get() : -1;
+  hooks.own_user_namespace = plan.user_namespace.has_value();
   hooks.before_credentials = [state, stamps = hooks.stamps.get()](const char*& stage) -> int {
     const SandboxPlan& p = state->plan;
+    if (p.user_namespace) {
+      if (int err = map_own_ids(*p.user_namespace, stage); err != 0) return err;
+    }
     state->saved_umask = umask(0);  // modes in the plan are exact
     if (int err = enter_namespaces(p.namespaces, stage); err != 0) return err;
     if (p.network) {

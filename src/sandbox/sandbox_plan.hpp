@@ -30,6 +30,7 @@
 #include "sandbox/sandbox_config.hpp"
 #include "sandbox/seccomp_policy.hpp"
 #include "sandbox/spawn.hpp"
+#include "sandbox/user_namespace.hpp"
 
 namespace motor::sandbox {
 
@@ -47,6 +48,7 @@ struct SandboxPlan {
   std::optional<JobNetworkPlan> network;
   std::shared_ptr<const UniqueFd> init_fd;  // motor-init, O_PATH, opened without following symlinks
   std::string git_masks_root;  // SandboxConfig::mask_special_git_files: the workspace inside; empty: none
+  std::optional<UserNamespacePlan> user_namespace;  // SandboxConfig::own_user_namespace
 };
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);

@@ -67,7 +67,8 @@ namespace {
   }
   if (chdir(spec.cwd.c_str()) < 0) child_fail(status_fd, "entering the working directory", errno);
   if (!control_weakened("job-account")) {  // test build only: the job stays uid 0 (capabilities still go)
-    if (setgroups(1, &spec.gid) < 0) child_fail(status_fd, "setgroups", errno);
+    const bool groups_settable = !(spec.hooks && spec.hooks->own_user_namespace);
+    if (groups_settable && setgroups(1, &spec.gid) < 0) child_fail(status_fd, "setgroups", errno);
     if (setresgid(spec.gid, spec.gid, spec.gid) < 0) child_fail(status_fd, "setresgid", errno);
     if (setresuid(spec.uid, spec.uid, spec.uid) < 0) child_fail(status_fd, "setresuid", errno);
   }

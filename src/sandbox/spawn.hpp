@@ -36,6 +36,9 @@ struct ChildHooks {
   // >= 0: the child execs this fd (execveat AT_EMPTY_PATH) instead of SpawnSpec::executable, which
   // then only names it in errors (the sandbox's motor-init, which has no path in the job's root).
   int exec_fd = -1;
+  // The child is in a user namespace of its own with its ids mapped (user_namespace.hpp): its
+  // groups cannot be set there (setgroups is denied) and were checked when it was planned.
+  bool own_user_namespace = false;
   // As root, after stdio and cgroup attach: mounts, pivot_root, hostname, loopback, bounding set.
   std::function<int(const char*& stage)> before_credentials;
   // As the job account, just before exec: no_new_privs, capabilities, seccomp.

@@ -2,9 +2,10 @@
 # container test/systemd/nspawn-test booted (its v1 controllers remounted read-write, so TasksMax
 # and MemoryMax apply). Sourced by nspawn-test after its reload step: uses its inside, fail, step,
 # $tmp, the container's root $tmp/os and the user alice. Checks: a job is a transient unit in
-# motor-jobs.slice while it runs and is gone after, with its limits and the job account, no
-# capabilities and motor-init as PID 1 inside, its output byte-exact; a fork bomb stops at
-# TasksMax; a balloon is OOM-killed and reported; cancel and timeout leave no unit and no
+# motor-jobs.slice while it runs and is gone after, with its limits, the job account and empty
+# capability bounding and ambient sets (its main process holds none either), no capabilities and
+# motor-init as PID 1 inside, its output byte-exact; a fork bomb stops at TasksMax; a balloon is
+# OOM-killed and reported; cancel and timeout leave no unit and no
 # process; after kill -9 of the runner its restart stops the unit left and records
 # outcome_unknown, and leaves another runner instance's unit alone; the balloon's resource_usage;
 # `motor-runner gate` passes under this backend. Leaves the runner on job_backend = direct again.
@@ -92,6 +93,14 @@ grep -qx 'Slice=motor-jobs.slice' <<<"$props" && grep -qx 'TasksMax=64' <<<"$pro
 main_pid=$(inside systemctl show -p MainPID --value "$unit")
 entry_uid=$(inside awk '/^Uid:/ {print $2}' "/proc/$main_pid/status")
 [[ $entry_uid == $(inside id -u motor-job) ]] || fail "the unit's main process (pid $main_pid) runs as uid $entry_uid"
+# No capability anywhere in the unit: motor-unit-entry builds the sandbox in a user namespace of
+# the job's own (sandbox/user_namespace.hpp).
+caps=$(inside systemctl show -p CapabilityBoundingSet -p AmbientCapabilities "$unit")
+grep -qx 'CapabilityBoundingSet=' <<<"$caps" && grep -qx 'AmbientCapabilities=' <<<"$caps" ||
+  fail "the unit's capabilities are not empty: $caps"
+entry_caps=$(inside grep -E '^Cap(Prm|Eff|Bnd|Amb):' "/proc/$main_pid/status" | tr -s '\t ' ' ' | tr '\n' ' ')
+[[ $entry_caps == 'CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 CapAmb: 0000000000000000 ' ]] ||
+  fail "the unit's main process holds capabilities: $entry_caps"
 wait "$client" || { cat "$tmp/unit.err" >&2; fail "the job through the unit failed"; }
 printf 'a\000b\377\n' | cmp - "$tmp/unit.out" || fail "stdout is not byte-exact: $(od -c "$tmp/unit.out" | head -3)"
 [[ $(cat "$tmp/unit.err") == to-stderr ]] || fail "stderr: $(cat "$tmp/unit.err")"

@@ -26,10 +26,11 @@ auto carried(const std::optional<JobNetworkPlan>& n) {
 // added or removed.
 auto fields(const SandboxConfig& box) {
   const auto& [toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname, uid, gid,
-               user_name, group_name, init_path, network, deny_sockets, symlinks, mask_special_git_files] = box;
+               user_name, group_name, init_path, network, deny_sockets, symlinks, mask_special_git_files,
+               own_user_namespace] = box;
   return std::make_tuple(toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname,
                          uid, gid, user_name, group_name, init_path, carried(network), deny_sockets, symlinks,
-                         mask_special_git_files);
+                         mask_special_git_files, own_user_namespace);
 }
 
 JobNetworkPlan a_network() {
@@ -65,6 +66,7 @@ const std::vector<std::pair<const char*, std::function<void(SandboxConfig&)>>>& 
       {"deny_sockets", [](SandboxConfig& b) { b.deny_sockets = true; }},
       {"symlinks", [](SandboxConfig& b) { b.symlinks = {{"/stage/a", "../b"}, {"/stage/c", "/d"}}; }},
       {"mask_special_git_files", [](SandboxConfig& b) { b.mask_special_git_files = true; }},
+      {"own_user_namespace", [](SandboxConfig& b) { b.own_user_namespace = true; }},
   };
   return all;
 }

@@ -1,10 +1,10 @@
 // motor-unit-entry: the ExecStart of a job's transient systemd unit (job_backend = systemd,
 // runner/job_systemd.hpp). systemd made the unit's cgroup, its limits (MemoryMax, TasksMax,
-// AllowedCPUs), User=motor-job, NoNewPrivileges, and its capability bounding and ambient sets (the
-// few capabilities building the sandbox takes); this program builds the rest of the job sandbox
-// with the same plan and child code as the direct backend (sandbox_plan.hpp, spawn.hpp): an empty
-// root, PID, mount, network, IPC, UTS and cgroup namespaces, no capabilities left, seccomp, and
-// motor-init as PID 1.
+// AllowedCPUs), User=motor-job, NoNewPrivileges and an empty capability bounding set; this
+// program, holding no capability, builds the rest of the job sandbox with the same plan and child
+// code as the direct backend (sandbox_plan.hpp, spawn.hpp) in a user namespace of the job's own
+// (user_namespace.hpp): an empty root, PID, mount, network, IPC, UTS and cgroup namespaces,
+// seccomp, and motor-init as PID 1.
 //
 // Its stdin (fd 0) is a Unix socket to the runner, passed as the unit's StandardInput. The runner
 // writes one request: u32 length (host order), then the SandboxConfig and the SpawnSpec in
@@ -166,6 +166,9 @@ int main() {
   sandbox::SpawnSpec spec;
   if (!read_request(box, spec)) give_up("motor-unit-entry: no well-formed request on its stdin");
   if (box.network) give_up("motor-unit-entry: an outbound job needs the runner's egress namespace");
+  if (!box.own_user_namespace) {
+    give_up("motor-unit-entry: holding no capability, it builds the sandbox only in a user namespace of its own");
+  }
   const OwnCgroups cgroups = own_cgroups();
   await_runner_limits(cgroups.memory);
   auto plan = sandbox::plan_sandbox(box);
