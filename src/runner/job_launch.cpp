@@ -114,8 +114,12 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   launch.network = p.network;
   launch.platform = p.platform;
   const std::string job_id = job.id();
-  // An outbound job needs the egress namespace's fd in its sandbox, which a unit cannot be given.
-  if (systemd_units_ && !box.network && !pending.fill) return start_unit_job(job, launch, box);
+  // Direct, also under job_backend = systemd: an outbound job (it needs the egress namespace's fd
+  // in its sandbox, which a unit cannot be given) and one with an idmapped cache (the unit's
+  // entry, holding no capability, cannot make one: sandbox/user_namespace.hpp).
+  if (systemd_units_ && !box.network && !pending.fill && !sandbox::first_idmapped_bind(box)) {
+    return start_unit_job(job, launch, box);
+  }
   if (auto s = job.start(launch, *cgroups_, box, job_starter_); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     // Job::start recorded the claim first thing: job_finished frees it, exactly once.

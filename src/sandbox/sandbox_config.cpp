@@ -23,4 +23,14 @@ std::vector<ToolchainPath> default_toolchain_paths() {
   };
 }
 
+const BindMount* first_idmapped_bind(const SandboxConfig& config) {
+  if (config.workspace.idmap) return &config.workspace;
+  for (const auto* list : {&config.writable, &config.read_only, &config.overlaid}) {
+    for (const BindMount& b : *list) {
+      if (b.idmap) return &b;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace motor::sandbox

@@ -72,4 +72,8 @@ struct SandboxConfig {
   bool own_user_namespace = false;
 };
 
+// The first bind shown through an id mapping (a shared cache owned by another account), or null.
+// Making one takes CAP_SYS_ADMIN over the source's filesystem: not for own_user_namespace.
+const BindMount* first_idmapped_bind(const SandboxConfig& config);
+
 }  // namespace motor::sandbox

@@ -177,16 +177,10 @@ Status check_config(const SandboxConfig& config) {
 // An idmapped bind takes CAP_SYS_ADMIN over the source's filesystem, which a builder in its own
 // user namespace does not have: refused here rather than failing in the child.
 Status check_no_idmap(const SandboxConfig& config) {
-  std::vector<const BindMount*> binds{&config.workspace};
-  for (const auto* list : {&config.writable, &config.read_only, &config.overlaid}) {
-    for (const BindMount& b : *list) binds.push_back(&b);
-  }
-  for (const BindMount* b : binds) {
-    if (b->idmap) {
-      return make_error("config", "an idmapped bind (" + b->source +
-                                      ", a shared cache shown as the job's own) needs the direct job backend: a sandbox "
-                                      "in its own user namespace cannot make one");
-    }
+  if (const BindMount* b = first_idmapped_bind(config)) {
+    return make_error("config", "an idmapped bind (" + b->source +
+                                    ", a shared cache shown as the job's own) needs the direct job backend: a sandbox "
+                                    "in its own user namespace cannot make one");
   }
   return {};
 }

@@ -5,9 +5,9 @@
 # motor-jobs.slice while it runs and is gone after, with its limits, the job account and empty
 # capability bounding and ambient sets (its main process holds none either), no capabilities and
 # motor-init as PID 1 inside, its output byte-exact; a fork bomb stops at TasksMax; a balloon is
-# OOM-killed and reported; cancel and timeout leave no unit and no
-# process; after kill -9 of the runner its restart stops the unit left and records
-# outcome_unknown, and leaves another runner instance's unit alone; the balloon's resource_usage;
+# OOM-killed and reported; cancel and timeout leave no unit and no process; a job with an
+# idmapped cache runs directly; after kill -9 of the runner its restart stops the unit left and
+# records outcome_unknown, and leaves another runner instance's unit alone; the balloon's resource_usage;
 # `motor-runner gate` passes under this backend. Leaves the runner on job_backend = direct again.
 
 job_units() { inside systemctl list-units --all --plain --no-legend 'motor-job-*' | awk '{print $1}'; }
@@ -153,6 +153,22 @@ no_unit_or_process "a cancelled job"
 as_alice 'motor run --no-sync --json --timeout 1 -- sleep 600' >"$tmp/timeout.json" 2>&1
 grep -q '"killed":"deadline"' "$tmp/timeout.json" || fail "the timed-out job's terminal: $(tail -1 "$tmp/timeout.json")"
 no_unit_or_process "a timed-out job"
+
+step "a job with a cache another account owns runs directly (its idmapped bind needs the direct backend)"
+inside sh -c 'mkdir -p /var/cache/motor-t-shared && echo shared >/var/cache/motor-t-shared/f &&
+  chown -R motor-cache: /var/cache/motor-t-shared' || fail "making the shared cache"
+set_cache_paths() {
+  inside sed -i "s|^cache_paths =.*|cache_paths = $1|" /etc/motor/motor-runner.conf || fail "editing cache_paths"
+  inside systemctl restart motor-runner || fail "restarting the runner for cache_paths = $1"
+  runner_active
+}
+set_cache_paths /var/cache/motor-t-shared
+# Shown as the job's own through the idmap, which only the direct backend makes.
+seen=$(as_alice 'motor run --no-sync -- stat -c "%U %n" /var/cache/motor-t-shared/f' 2>&1)
+[[ $seen == "motor-job /var/cache/motor-t-shared/f" ]] || fail "the job with an idmapped cache: $seen"
+set_cache_paths ""
+inside rm -rf /var/cache/motor-t-shared
+no_unit_or_process "the job with an idmapped cache"
 
 step "kill -9 of the runner: its restart stops the unit left and records outcome_unknown, and no other runner's"
 # Another runner instance's job unit (as the gate's own runner makes): the restart leaves it.
