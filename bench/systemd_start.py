@@ -9,11 +9,14 @@
 #   direct   the same to a second runner this script starts (job_backend = direct, its own state
 #            dir, socket and cgroup parent), beside the first
 #   peer     `systemd-run --wait --pipe -q /usr/bin/true`
-# Then the loop's worst stall (runner.status loop_worst_stall_us, reset first) while 20 clients
-# each start `echo started; sleep 0.2` at once on the systemd backend.
+# Then, not timed, 20 runs on each runner with log_level = debug, for the medians of the runners'
+# start steps (`start steps (us): ...`), and log_level = info again. Then the loop's worst stall
+# (runner.status loop_worst_stall_us, reset first) while 20 clients each start
+# `echo started; sleep 0.2` at once on the systemd backend.
 # Prints medians and p90 in ms, the ratios, the stall, and the load average before and after.
 import json
 import os
+import signal
 import socket
 import statistics
 import struct
@@ -108,6 +111,65 @@ def burst_stall(path):
     return status(path)["result"]["loop_worst_stall_us"]
 
 
+def set_log_level(level, direct_runner):
+    """Both runners' log_level (a live key): the packaged one by systemctl reload, the direct one by SIGHUP."""
+    for path in ("/etc/motor/motor-runner.conf", DIRECT_CONFIG):
+        with open(path) as f:
+            lines = [l for l in f if l.split("=")[0].strip() != "log_level"]
+        with open(path, "w") as f:
+            f.writelines(lines)
+            f.write(f"log_level = {level}\n")
+    subprocess.run(["systemctl", "reload", "motor-runner"], check=True)
+    direct_runner.send_signal(signal.SIGHUP)
+    time.sleep(1)
+
+
+def step_medians(lines):
+    """Median us of each start step over the runner's `start steps (us): name N ...` lines (-1: not reached)."""
+    per_step = {}
+    order = []
+    for line in lines:
+        if "start steps (us):" not in line:
+            continue
+        words = line.split("start steps (us):", 1)[1].split()
+        for name, value in zip(words[0::2], words[1::2]):
+            if name not in per_step:
+                per_step[name] = []
+                order.append(name)
+            if int(value) >= 0:
+                per_step[name].append(int(value))
+    return [(name, statistics.median(per_step[name])) for name in order if per_step[name]]
+
+
+def print_steps(way, steps):
+    text, last = [], 0
+    for name, us in steps:
+        text.append(f"{name} {us:.0f} (+{us - last:.0f})")
+        last = us
+    print(f"{way:8s} start steps, median us since exec.run: " + ", ".join(text))
+
+
+def start_steps(ways, direct_runner, jobs=20):
+    """Where each backend's start goes: `jobs` more runs each with log_level = debug (not timed)."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    direct_log_at = os.path.getsize("/run/motor-bench-direct.log")
+    set_log_level("debug", direct_runner)
+    try:
+        for _ in range(jobs):
+            timed(ways["systemd"])
+            timed(ways["direct"])
+        time.sleep(1)
+    finally:
+        set_log_level("info", direct_runner)
+    journal = subprocess.run(["journalctl", "-u", "motor-runner", "--since", since, "-o", "cat", "--no-pager"],
+                             capture_output=True, text=True).stdout.splitlines()
+    with open("/run/motor-bench-direct.log") as f:
+        f.seek(direct_log_at)
+        direct = f.read().splitlines()
+    print_steps("systemd", step_medians(journal))
+    print_steps("direct", step_medians(direct))
+
+
 def summary(samples):
     s = sorted(samples)
     return statistics.median(s), s[min(len(s) - 1, int(len(s) * 0.9))]
@@ -138,6 +200,7 @@ def main():
             print(f"{n:8s} median {med[n]:6.1f} ms  p90 {p90:6.1f} ms  ({rounds} rounds)")
         print(f"systemd/peer {med['systemd'] / med['peer']:.2f}  direct/peer {med['direct'] / med['peer']:.2f}  "
               f"systemd/direct {med['systemd'] / med['direct']:.2f}")
+        start_steps(ways, runner)
         stalls = [burst_stall(SYSTEMD_SOCKET) for _ in range(3)]
         print(f"loop worst stall, 20 simultaneous starts on the systemd backend: {', '.join(f'{s / 1000:.1f}' for s in stalls)} ms")
         print(f"load average after: {loadavg()}")

@@ -235,6 +235,7 @@ void SystemdExecution::on_control(ssize_t nread, const char* data) {
 
 void SystemdExecution::on_control_line(const std::string& line) {
   if (line.rfind("cgroup ", 0) == 0) return on_cgroup(line.substr(7));
+  if (line.rfind("steps ", 0) == 0) return on_steps(line.substr(6));
   if (line == "setup") return on_setup("");
   if (line.rfind("setup ", 0) == 0) return on_setup(line.substr(6));
   if (line.rfind("exited ", 0) == 0) {
@@ -248,14 +249,30 @@ void SystemdExecution::on_control_line(const std::string& line) {
   log_job(launch_.job_id, "the unit's entry said something unknown: {}", line.substr(0, 200));
 }
 
+void SystemdExecution::on_steps(const std::string& stamps) {
+  sandbox::SpawnTimes t;
+  unsigned long long v[7] = {};
+  const int n = std::sscanf(stamps.c_str(), "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                            &v[6]);
+  if (n != 7) {
+    return log_job(launch_.job_id, "the unit's entry sent malformed steps: {}", stamps.substr(0, 200));
+  }
+  t.received_ns = v[0];
+  t.planned_ns = v[1];
+  t.cloned_ns = v[2];
+  t.child = {v[3], v[4], v[5], v[6]};
+  sink_.execution_spawn_steps(t);
+}
+
 void SystemdExecution::on_cgroup(const std::string& dir) {
   if (setup_seen_ || kill_issued_) return;
   if (auto s = limit_socket_buffers(dir); !s) return fail_start(s.error().message);
   static const char kGo[] = "go\n";
   uv_buf_t go = uv_buf_init(const_cast<char*>(kGo), sizeof kGo - 1);
-  // Three bytes into an idle socket's buffer: written at once or the entry is gone.
+  // Three bytes into an idle socket's buffer: written at once, or the entry is gone (its plan
+  // failed while the runner read its cgroup line): its own "setup" line, or its EOF, says so.
   if (uv_try_write(control_.stream(), &go, 1) != static_cast<int>(go.len)) {
-    fail_start("the unit " + unit_ + " stopped reading its control socket");
+    log_job(launch_.job_id, "the unit {} did not take its \"go\"", unit_);
   }
 }
 

@@ -61,6 +61,7 @@ class SystemdExecution : public Execution {
   Status read_control();
   void on_control(ssize_t nread, const char* data);
   void on_control_line(const std::string& line);
+  void on_steps(const std::string& stamps);
   void on_cgroup(const std::string& dir);
   Status limit_socket_buffers(const std::string& dir) const;
   void on_setup(const std::string& error);

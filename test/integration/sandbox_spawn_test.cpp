@@ -237,6 +237,7 @@ BuilderRun run_from_capabilityless_builder(motor::sandbox::SandboxConfig config,
     spec.stderr_fd = out[1];
     spec.cgroup = &cgroup;
     spec.hooks = &hooks;
+    spec.share_memory_until_exec = true;  // as motor-unit-entry spawns
     auto spawned = motor::sandbox::spawn_job(spec);
     if (!spawned) fail("spawn: " + spawned.error().message, 122);
     const std::string setup = read_all(spawned->setup_status.get());

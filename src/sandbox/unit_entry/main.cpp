@@ -11,7 +11,11 @@
 // sandbox_codec.hpp's wire form. Its stdout and stderr are the job's output pipes, the runner's
 // own (StandardOutput=fd). It answers on fd 0, one line each:
 //   cgroup DIR\n       its memory cgroup (before the sandbox): the runner sets what systemd does
-//                      not (memory.kmem.tcp.limit_in_bytes on v1) and answers "go\n"
+//                      not (memory.kmem.tcp.limit_in_bytes on v1) and answers "go\n"; the
+//                      entry plans the sandbox meanwhile and clones the job only after "go"
+//   steps R P C S M F Y\n when it read the request, planned, saw its clone return, and when the
+//                      child started, mounted, was confined and ready (CLOCK_MONOTONIC ns, 0:
+//                      not known), for the runner's start steps (runner/start_steps.hpp)
 //   setup\n            the command was exec'd (motor-init runs it)
 //   setup TEXT\n       the sandbox's setup failed, or "exec: ..." the command could not be exec'd
 //   exited W O U S P\n motor-init ended with wait status W; the unit's memory cgroup counted O OOM
@@ -127,8 +131,7 @@ long long oom_kills(const std::string& memory_dir) {
 
 // The runner charges socket buffers to the unit's v1 memory cgroup (memory.kmem.tcp, which
 // systemd 252 does not set) before the job makes any: "cgroup DIR" out, "go" back.
-void await_runner_limits(const std::string& memory_dir) {
-  answer("cgroup " + memory_dir);
+void await_runner_limits() {
   std::string reply;
   char c = 0;
   while (reply.size() < 512 && read_exact(kControl, &c, 1) && c != '\n') reply += c;
@@ -159,21 +162,34 @@ void let_go_of_output() {
   ::close(null);
 }
 
+std::string steps_line(const sandbox::SpawnTimes& t) {
+  std::string line = "steps";
+  for (uint64_t ns : {t.received_ns, t.planned_ns, t.cloned_ns, t.child.started, t.child.mounted, t.child.confined,
+                      t.child.ready}) {
+    line += " " + std::to_string(ns);
+  }
+  return line;
+}
+
 }  // namespace
 
 int main() {
   sandbox::SandboxConfig box;
   sandbox::SpawnSpec spec;
+  sandbox::SpawnTimes times;
   if (!read_request(box, spec)) give_up("motor-unit-entry: no well-formed request on its stdin");
+  times.received_ns = sandbox::monotonic_ns();
   if (box.network) give_up("motor-unit-entry: an outbound job needs the runner's egress namespace");
   if (!box.own_user_namespace) {
     give_up("motor-unit-entry: holding no capability, it builds the sandbox only in a user namespace of its own");
   }
   const OwnCgroups cgroups = own_cgroups();
-  await_runner_limits(cgroups.memory);
+  answer("cgroup " + cgroups.memory);  // the runner sets the unit's limits while this plans
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) give_up("the sandbox cannot be built: " + plan.error().message);
   const sandbox::ChildHooks hooks = sandbox::make_child_hooks(*plan);
+  times.planned_ns = sandbox::monotonic_ns();
+  await_runner_limits();
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null) give_up(std::string("opening /dev/null: ") + std::strerror(errno));
   InheritedCgroup cgroup;
@@ -182,8 +198,12 @@ int main() {
   spec.stderr_fd = STDERR_FILENO;
   spec.cgroup = &cgroup;
   spec.hooks = &hooks;
+  // As the job starter does: no copy of this process's memory, and the child's stamps seen here.
+  spec.share_memory_until_exec = true;
   auto spawned = sandbox::spawn_job(spec);
   if (!spawned) give_up(spawned.error().message);
+  times.cloned_ns = sandbox::monotonic_ns();
+  if (hooks.stamps) times.child = *hooks.stamps;
   let_go_of_output();
   dev_null.reset();
 
@@ -196,6 +216,7 @@ int main() {
     if (n <= 0) break;
     setup.append(buf, static_cast<size_t>(n));
   }
+  answer(steps_line(times));
   answer(setup.empty() ? "setup" : "setup " + setup);
 
   pollfd exit_seen{spawned->pidfd.get(), POLLIN, 0};
