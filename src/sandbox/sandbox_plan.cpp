@@ -10,7 +10,6 @@
 #include <array>
 #include <memory>
 #include <string_view>
-#include <vector>
 
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"

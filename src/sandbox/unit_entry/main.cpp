@@ -130,7 +130,7 @@ long long oom_kills(const std::string& memory_dir) {
 }
 
 // The runner charges socket buffers to the unit's v1 memory cgroup (memory.kmem.tcp, which
-// systemd 252 does not set) before the job makes any: "cgroup DIR" out, "go" back.
+// systemd 252 does not set) before the job makes any: after the "cgroup DIR" line, its "go".
 void await_runner_limits() {
   std::string reply;
   char c = 0;
