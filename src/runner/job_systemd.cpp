@@ -235,6 +235,7 @@ void SystemdExecution::on_control(ssize_t nread, const char* data) {
 
 void SystemdExecution::on_control_line(const std::string& line) {
   if (line.rfind("cgroup ", 0) == 0) return on_cgroup(line.substr(7));
+  if (line.rfind("events ", 0) == 0) return on_events(line.substr(7));
   if (line.rfind("steps ", 0) == 0) return on_steps(line.substr(6));
   if (line == "setup") return on_setup("");
   if (line.rfind("setup ", 0) == 0) return on_setup(line.substr(6));
@@ -276,13 +277,45 @@ void SystemdExecution::on_cgroup(const std::string& dir) {
   }
 }
 
-Status SystemdExecution::limit_socket_buffers(const std::string& dir) const {
+void SystemdExecution::on_events(const std::string& dir) {
+  if (!events_dir_.empty() || setup_seen_) return;  // named once, before the job exists
+  if (auto s = check_own_cgroup(dir); !s) return log_job(launch_.job_id, "{}", s.error().message);
+  events_dir_ = dir;
+  const std::string path = dir + "/cgroup.events";
+  int rc = cgroup_events_.init(this, uv_fs_event_init, loop_);
+  if (rc == 0) {
+    rc = uv_fs_event_start(cgroup_events_.get(), [](uv_fs_event_t* h, const char*, int, int) {
+      if (auto* self = reactor::owner_of<SystemdExecution>(h)) self->check_cgroup_empty();
+    }, path.c_str(), 0);
+  }
+  // Without the watch the job still ends: at the look-ups once it exited, or at UnitRemoved.
+  if (auto s = reactor::uv_status(rc, "watching " + path); !s) {
+    log_job(launch_.job_id, "{}", s.error().message);
+    cgroup_events_.close();
+  }
+}
+
+void SystemdExecution::check_cgroup_empty() {
+  if (cgroup_empty_ || events_dir_.empty() || !exited_) return;  // the entry itself is in it until then
+  auto populated = sandbox::cgroup_detail::v2_populated(events_dir_);
+  if (!populated || *populated) return;  // unreadable (systemd removed it): UnitRemoved follows
+  cgroup_empty_ = true;
+  cgroup_events_.close();
+  maybe_end();
+}
+
+Status SystemdExecution::check_own_cgroup(const std::string& dir) const {
   // The entry's own report of its cgroup: one of the unit's, never anything else's.
   const std::string tail = "/" + unit_;
   if (dir.rfind("/sys/fs/cgroup/", 0) != 0 || dir.size() < tail.size() ||
       dir.compare(dir.size() - tail.size(), tail.size(), tail) != 0 || dir.find("/..") != std::string::npos) {
     return make_error("internal", "the unit " + unit_ + " reported the cgroup \"" + dir.substr(0, 200) + "\"");
   }
+  return {};
+}
+
+Status SystemdExecution::limit_socket_buffers(const std::string& dir) const {
+  if (auto s = check_own_cgroup(dir); !s) return s;
   // As the direct backend does on v1 (sandbox/cgroup_v1.cpp): socket buffers are charged to the
   // job's memory only once the tcp limit is set; v2's memory.max charges them already. Test
   // build only: "socket-buffers" leaves it unset.
@@ -319,6 +352,8 @@ void SystemdExecution::on_exited(int wait_status, int64_t oom_kills) {
   oom_kills_ = oom_kills;
   if (oom_kills > 0) log_job(launch_.job_id, "OOM kill in {}: the job hit its memory limit of {} bytes", unit_, launch_.memory_bytes);
   sink_.execution_exited();
+  check_cgroup_empty();  // the entry may have left it already
+  if (ended_) return;
   // The unit's removal can come first (a StopUnit, then the entry's socket closing).
   if (!gone_) {
     int rc = gone_poll_.init(this, uv_timer_init, loop_);
@@ -350,7 +385,8 @@ void SystemdExecution::on_job_removed(sd_bus_message* signal) {
 }
 
 void SystemdExecution::poll_unit() {
-  if (gone_ || get_unit_slot_) return;
+  check_cgroup_empty();
+  if (gone_ || cgroup_empty_ || get_unit_slot_) return;
   int r = sd_bus_call_method_async(units_.bus().bus(), &get_unit_slot_, kSystemd, kManagerPath, kManager, "GetUnit",
                                    [](sd_bus_message* reply, void* userdata, sd_bus_error*) -> int {
                                      auto* self = static_cast<SystemdExecution*>(userdata);
@@ -392,9 +428,10 @@ void SystemdExecution::kill(std::optional<protocol::KillReason> why) {
 void SystemdExecution::shutdown() { output_.shutdown(); }
 
 void SystemdExecution::maybe_end() {
-  if (ended_ || start_failed_ || !exited_ || !gone_ || !output_.drained()) return;
+  if (ended_ || start_failed_ || !exited_ || !(gone_ || cgroup_empty_) || !output_.drained()) return;
   ended_ = true;
   gone_poll_.close();
+  cgroup_events_.close();
   control_.close();
   sink_.execution_ended(end_state());
 }

@@ -11,8 +11,11 @@
 // the bus (StandardOutputFileDescriptor), so the job log, attach and replay are as for a direct
 // job. Cancel and timeout: KillUnit (SIGKILL to every process of the unit) and StopUnit. The job
 // ends when motor-init's status arrived (or the entry died), the output pipes are at EOF and the
+// unit's cgroup is empty: its cgroup.events says "populated 0" (the entry names its cgroup2
+// directory; the runner watches the file), or, where that was not named or not readable, the
 // unit is gone: UnitRemoved (Manager signal, arg0 the unit), or GetUnit answering NoSuchUnit; a
-// gone transient unit is one whose processes are all gone.
+// gone transient unit is one whose processes are all gone. The events file comes first, by the
+// few milliseconds systemd takes to notice, unload the unit and say so on the bus.
 #pragma once
 
 #include <uv.h>
@@ -63,6 +66,9 @@ class SystemdExecution : public Execution {
   void on_control_line(const std::string& line);
   void on_steps(const std::string& stamps);
   void on_cgroup(const std::string& dir);
+  void on_events(const std::string& dir);
+  void check_cgroup_empty();
+  Status check_own_cgroup(const std::string& dir) const;
   Status limit_socket_buffers(const std::string& dir) const;
   void on_setup(const std::string& error);
   void on_exited(int wait_status, int64_t oom_kills);
@@ -84,13 +90,15 @@ class SystemdExecution : public Execution {
   std::string control_buf_;
   char control_read_[1024];
   reactor::UvHandle<uv_timer_t> gone_poll_;  // GetUnit now and then once the job exited
+  reactor::UvHandle<uv_fs_event_t> cgroup_events_;  // the unit's cgroup.events changed
+  std::string events_dir_;                         // the unit's cgroup2 directory, as the entry named it
   sd_bus_slot* start_slot_ = nullptr;
   sd_bus_slot* removed_match_ = nullptr;
   sd_bus_slot* job_match_ = nullptr;
   sd_bus_slot* get_unit_slot_ = nullptr;
   bool setup_seen_ = false, start_failed_ = false;
   std::string setup_error_;
-  bool exited_ = false, gone_ = false, ended_ = false;
+  bool exited_ = false, gone_ = false, cgroup_empty_ = false, ended_ = false;
   int wait_status_ = 0;
   int64_t oom_kills_ = 0;
   sandbox::CgroupUsage usage_;

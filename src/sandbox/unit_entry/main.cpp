@@ -10,6 +10,9 @@
 // writes one request: u32 length (host order), then the SandboxConfig and the SpawnSpec in
 // sandbox_codec.hpp's wire form. Its stdout and stderr are the job's output pipes, the runner's
 // own (StandardOutput=fd). It answers on fd 0, one line each:
+//   events DIR\n       its unified (cgroup2) directory: the runner ends the job once its
+//                      cgroup.events says "populated 0", without waiting for systemd to unload
+//                      the unit
 //   cgroup DIR\n       its memory cgroup (before the sandbox): the runner sets what systemd does
 //                      not (memory.kmem.tcp.limit_in_bytes on v1) and answers "go\n"; the
 //                      entry plans the sandbox meanwhile and clones the job only after "go"
@@ -86,10 +89,11 @@ void answer(const std::string& line) {
 }
 
 // This process's cgroup directories, from /proc/self/cgroup: each v1 hierarchy's (under the
-// mount named after its controllers) and the unified one; `memory`: the memory controller's.
+// mount named after its controllers) and the unified one; `memory`: the memory controller's;
+// `unified`: the cgroup2 one (its cgroup.events).
 struct OwnCgroups {
   std::vector<std::string> directories;
-  std::string memory;
+  std::string memory, unified;
 };
 
 OwnCgroups own_cgroups() {
@@ -105,6 +109,7 @@ OwnCgroups own_cgroups() {
     const std::string dir = controllers.empty() ? (hybrid ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup") + path
                                                 : "/sys/fs/cgroup/" + controllers + path;
     own.directories.push_back(dir);
+    if (controllers.empty()) own.unified = dir;
     if (controllers.empty() && own.memory.empty()) own.memory = dir;
     for (size_t at = 0; at <= controllers.size();) {
       const auto comma = controllers.find(',', at);
@@ -184,6 +189,7 @@ int main() {
     give_up("motor-unit-entry: holding no capability, it builds the sandbox only in a user namespace of its own");
   }
   const OwnCgroups cgroups = own_cgroups();
+  if (!cgroups.unified.empty()) answer("events " + cgroups.unified);
   answer("cgroup " + cgroups.memory);  // the runner sets the unit's limits while this plans
   auto plan = sandbox::plan_sandbox(box);
   if (!plan) give_up("the sandbox cannot be built: " + plan.error().message);
