@@ -13,55 +13,14 @@
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
 #include "sandbox/cgroup_internal.hpp"
+#include "runner/unit_properties.hpp"
 #include "sandbox/sandbox_codec.hpp"
 
 namespace motor::runner {
 namespace {
 
-constexpr const char* kSystemd = kSystemdService;
-constexpr const char* kManagerPath = kSystemdManagerPath;
-constexpr const char* kManager = kSystemdManager;
 // Once the job exited: how often the unit is looked up, in case its UnitRemoved was missed.
 constexpr uint64_t kGonePollMs = 250;
-
-// StartTransientUnit's properties, a(sv).
-int prop_s(sd_bus_message* m, const char* name, const char* value) { return sd_bus_message_append(m, "(sv)", name, "s", value); }
-int prop_t(sd_bus_message* m, const char* name, uint64_t value) { return sd_bus_message_append(m, "(sv)", name, "t", value); }
-int prop_b(sd_bus_message* m, const char* name, bool value) { return sd_bus_message_append(m, "(sv)", name, "b", value ? 1 : 0); }
-int prop_i(sd_bus_message* m, const char* name, int value) { return sd_bus_message_append(m, "(sv)", name, "i", value); }
-int prop_h(sd_bus_message* m, const char* name, int fd) { return sd_bus_message_append(m, "(sv)", name, "h", fd); }
-
-// A CPU set as systemd reads it: bit i of byte i/8 is CPU i.
-int prop_cpus(sd_bus_message* m, const char* name, const std::vector<int>& cpus) {
-  std::vector<uint8_t> mask;
-  for (int cpu : cpus) {
-    if (cpu < 0) continue;
-    const size_t byte = static_cast<size_t>(cpu) / 8;
-    if (mask.size() <= byte) mask.resize(byte + 1, 0);
-    mask[byte] = static_cast<uint8_t>(mask[byte] | (1u << (cpu % 8)));
-  }
-  int r = sd_bus_message_open_container(m, 'r', "sv");
-  if (r >= 0) r = sd_bus_message_append(m, "s", name);
-  if (r >= 0) r = sd_bus_message_open_container(m, 'v', "ay");
-  if (r >= 0) r = sd_bus_message_append_array(m, 'y', mask.data(), mask.size());
-  if (r >= 0) r = sd_bus_message_close_container(m);
-  if (r >= 0) r = sd_bus_message_close_container(m);
-  return r;
-}
-
-int prop_exec_start(sd_bus_message* m, const std::string& path) {
-  const char* argv[] = {path.c_str(), nullptr};
-  int r = sd_bus_message_open_container(m, 'r', "sv");
-  if (r >= 0) r = sd_bus_message_append(m, "s", "ExecStart");
-  if (r >= 0) r = sd_bus_message_open_container(m, 'v', "a(sasb)");
-  if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sasb)");
-  if (r >= 0) r = sd_bus_message_open_container(m, 'r', "sasb");
-  if (r >= 0) r = sd_bus_message_append(m, "s", path.c_str());
-  if (r >= 0) r = sd_bus_message_append_strv(m, const_cast<char**>(argv));
-  if (r >= 0) r = sd_bus_message_append(m, "b", 0);
-  for (int i = 0; i < 4 && r >= 0; ++i) r = sd_bus_message_close_container(m);
-  return r;
-}
 
 std::string request_bytes(const sandbox::SandboxConfig& box, const sandbox::SpawnSpec& spec) {
   sandbox::WireWriter w;
@@ -80,11 +39,10 @@ SystemdExecution::SystemdExecution(uv_loop_t* loop, SystemdUnits& units, UnitLau
       launch_(std::move(launch)),
       sink_(sink),
       unit_(units.unit_name(launch_.job_id)),
+      watch_(loop, units, unit_),
       output_(loop, sink, launch_.job_id, [this] { maybe_end(); }) {}
 
-SystemdExecution::~SystemdExecution() {
-  for (sd_bus_slot* slot : {start_slot_, removed_match_, job_match_, get_unit_slot_}) sd_bus_slot_unref(slot);
-}
+SystemdExecution::~SystemdExecution() { sd_bus_slot_unref(start_slot_); }
 
 Status SystemdExecution::start(sandbox::SandboxConfig box) {
   box.own_user_namespace = true;  // the unit holds no capability (CapabilityBoundingSet= below)
@@ -119,82 +77,27 @@ Status SystemdExecution::start(sandbox::SandboxConfig box) {
 }
 
 Status SystemdExecution::watch_unit() {
-  sd_bus* bus = units_.bus().bus();
-  // Queued before the start on the same connection, so the bus daemon has them first.
-  const std::string removed = "type='signal',sender='org.freedesktop.systemd1',path='/org/freedesktop/systemd1',"
-                              "interface='org.freedesktop.systemd1.Manager',member='UnitRemoved',arg0='" + unit_ + "'";
-  const std::string job = "type='signal',sender='org.freedesktop.systemd1',path='/org/freedesktop/systemd1',"
-                          "interface='org.freedesktop.systemd1.Manager',member='JobRemoved',arg2='" + unit_ + "'";
-  auto on_removed = [](sd_bus_message*, void* self, sd_bus_error*) -> int {
-    static_cast<SystemdExecution*>(self)->unit_gone();
-    return 0;
-  };
-  auto on_job = [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
-    static_cast<SystemdExecution*>(self)->on_job_removed(m);
-    return 0;
-  };
-  if (int r = sd_bus_add_match_async(bus, &removed_match_, removed.c_str(), on_removed, nullptr, this); r < 0) {
-    return reactor::sd_bus_failure("watching for the unit's removal", r);
-  }
-  if (int r = sd_bus_add_match_async(bus, &job_match_, job.c_str(), on_job, nullptr, this); r < 0) {
-    return reactor::sd_bus_failure("watching the unit's start job", r);
-  }
-  return {};
+  return watch_.watch([this](const std::string& result) { on_start_job_ended(result); }, [this] { unit_gone(); });
 }
 
 Status SystemdExecution::send_start(int control_fd, int out_fd, int err_fd) {
-  sd_bus* bus = units_.bus().bus();
-  sd_bus_message* m = nullptr;
-  int r = sd_bus_message_new_method_call(bus, &m, kSystemd, kManagerPath, kManager, "StartTransientUnit");
-  if (r >= 0) r = sd_bus_message_append(m, "ss", unit_.c_str(), "fail");
-  if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sv)");
-  const std::string description = "motor job " + launch_.job_id + " of " + launch_.caller;
-  if (r >= 0) r = prop_s(m, "Description", description.c_str());
-  if (r >= 0) r = prop_s(m, "Slice", kJobSlice);
-  if (r >= 0) r = prop_s(m, "Type", "exec");
-  if (r >= 0) r = prop_exec_start(m, units_.entry_path());
-  if (r >= 0) r = prop_h(m, "StandardInputFileDescriptor", control_fd);
-  if (r >= 0) r = prop_h(m, "StandardOutputFileDescriptor", out_fd);
-  if (r >= 0) r = prop_h(m, "StandardErrorFileDescriptor", err_fd);
-  // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
-  if (r >= 0 && launch_.memory_bytes > 0 && !control_weakened("memory-limit")) {
-    r = prop_t(m, "MemoryMax", static_cast<uint64_t>(launch_.memory_bytes));
-    if (r >= 0) r = prop_t(m, "MemorySwapMax", 0);
-  }
-  if (r >= 0 && launch_.pids_max > 0 && !control_weakened("pids-limit")) {
-    r = prop_t(m, "TasksMax", static_cast<uint64_t>(launch_.pids_max));
-  }
-  if (r >= 0 && !launch_.cpus.cpus.empty() && !control_weakened("cpuset")) {
-    r = prop_cpus(m, "AllowedCPUs", launch_.cpus.cpus);
-    // systemd 252 has no v1 cpuset: where cpuset is a v1 hierarchy only the affinity pins.
-    if (r >= 0) r = prop_cpus(m, "CPUAffinity", launch_.cpus.cpus);
-  }
-  if (r >= 0) r = prop_s(m, "User", launch_.command.account->name.c_str());
-  if (r >= 0) r = prop_b(m, "NoNewPrivileges", true);
   // No capability at all: motor-unit-entry builds the sandbox in a user namespace of the job's
   // own (sandbox/user_namespace.hpp), where it holds what building takes over that namespace only.
-  if (r >= 0) r = prop_t(m, "CapabilityBoundingSet", 0);
-  // Everything of the unit dies at once on a kill or a stop, as a direct job's cgroup does.
-  if (r >= 0) r = prop_s(m, "KillMode", "control-group");
-  if (r >= 0) r = prop_i(m, "KillSignal", SIGKILL);
-  if (r >= 0) r = prop_b(m, "SendSIGHUP", false);
-  if (r >= 0) r = prop_b(m, "IgnoreSIGPIPE", false);
-  // An OOM kill ends one process, as in a direct job; the job decides what follows.
-  if (r >= 0) r = prop_s(m, "OOMPolicy", "continue");
-  // Unloaded as soon as it is dead, also when it failed: gone means its processes are gone.
-  if (r >= 0) r = prop_s(m, "CollectMode", "inactive-or-failed");
-  if (r >= 0) r = sd_bus_message_close_container(m);
-  if (r >= 0) r = sd_bus_message_append(m, "a(sa(sv))", 0);
-  if (r >= 0) {
-    r = sd_bus_call_async(bus, &start_slot_, m, [](sd_bus_message* reply, void* self, sd_bus_error*) -> int {
-      static_cast<SystemdExecution*>(self)->on_start_answer(reply);
-      return 0;
-    }, this, 0);
-  }
-  sd_bus_message_unref(m);
-  if (r < 0) return reactor::sd_bus_failure("StartTransientUnit " + unit_, r);
-  units_.bus().update();
-  return {};
+  const unit_property::ServiceBasics basics{"motor job " + launch_.job_id + " of " + launch_.caller,
+                                            launch_.command.account->name, launch_.memory_bytes, launch_.pids_max,
+                                            launch_.cpus.cpus};
+  auto properties = [&](sd_bus_message* m) {
+    int r = unit_property::service_basics(m, basics);
+    if (r >= 0) r = unit_property::exec_start(m, {units_.entry_path()});
+    if (r >= 0) r = unit_property::h(m, "StandardInputFileDescriptor", control_fd);
+    if (r >= 0) r = unit_property::h(m, "StandardOutputFileDescriptor", out_fd);
+    if (r >= 0) r = unit_property::h(m, "StandardErrorFileDescriptor", err_fd);
+    return r;
+  };
+  return units_.start_transient(unit_, properties, &start_slot_, [](sd_bus_message* reply, void* self, sd_bus_error*) -> int {
+    static_cast<SystemdExecution*>(self)->on_start_answer(reply);
+    return 0;
+  }, this);
 }
 
 Status SystemdExecution::read_control() {
@@ -354,16 +257,9 @@ void SystemdExecution::on_exited(int wait_status, int64_t oom_kills) {
   sink_.execution_exited();
   check_cgroup_empty();  // the entry may have left it already
   if (ended_) return;
-  // The unit's removal can come first (a StopUnit, then the entry's socket closing).
-  if (!gone_) {
-    int rc = gone_poll_.init(this, uv_timer_init, loop_);
-    if (rc == 0) {
-      rc = uv_timer_start(gone_poll_.get(), [](uv_timer_t* h) {
-        if (auto* self = reactor::owner_of<SystemdExecution>(h)) self->poll_unit();
-      }, kGonePollMs, kGonePollMs);
-    }
-    if (auto s = reactor::uv_status(rc, "the timer that looks the unit up"); !s) log_job(launch_.job_id, "{}", s.error().message);
-  }
+  // The unit's removal can come first (a StopUnit, then the entry's socket closing); where the
+  // cgroup's events are not watched, or a signal was missed, the unit is looked up.
+  watch_.poll_until_gone(kGonePollMs);
   maybe_end();
 }
 
@@ -374,37 +270,12 @@ void SystemdExecution::on_start_answer(sd_bus_message* reply) {
   fail_start(fmt::format("systemd did not start the unit {}: {}", unit_, e && e->message ? e->message : "no reason"));
 }
 
-void SystemdExecution::on_job_removed(sd_bus_message* signal) {
-  uint32_t id = 0;
-  const char *path = nullptr, *unit = nullptr, *result = nullptr;
-  if (sd_bus_message_read(signal, "uoss", &id, &path, &unit, &result) < 0 || !result) return;
-  job_match_ = sd_bus_slot_unref(job_match_);  // the start job is the only one we ask for
-  if (std::strcmp(result, "done") != 0 && !setup_seen_ && !kill_issued_) {
-    fail_start(fmt::format("systemd's start job of {} ended \"{}\"", unit_, result));
-  }
-}
-
-void SystemdExecution::poll_unit() {
-  check_cgroup_empty();
-  if (gone_ || cgroup_empty_ || get_unit_slot_) return;
-  int r = sd_bus_call_method_async(units_.bus().bus(), &get_unit_slot_, kSystemd, kManagerPath, kManager, "GetUnit",
-                                   [](sd_bus_message* reply, void* userdata, sd_bus_error*) -> int {
-                                     auto* self = static_cast<SystemdExecution*>(userdata);
-                                     self->get_unit_slot_ = sd_bus_slot_unref(self->get_unit_slot_);
-                                     if (sd_bus_error_has_name(sd_bus_message_get_error(reply),
-                                                               "org.freedesktop.systemd1.NoSuchUnit")) {
-                                       self->unit_gone();
-                                     }
-                                     return 0;
-                                   },
-                                   this, "s", unit_.c_str());
-  if (r < 0) log_job(launch_.job_id, "{}", reactor::sd_bus_failure("GetUnit " + unit_, r).message);
+void SystemdExecution::on_start_job_ended(const std::string& result) {
+  if (result != "done" && !setup_seen_ && !kill_issued_) fail_start(fmt::format("systemd's start job of {} ended \"{}\"", unit_, result));
 }
 
 void SystemdExecution::unit_gone() {
-  if (gone_) return;
   gone_ = true;
-  gone_poll_.close();
   maybe_end();
 }
 
@@ -430,7 +301,6 @@ void SystemdExecution::shutdown() { output_.shutdown(); }
 void SystemdExecution::maybe_end() {
   if (ended_ || start_failed_ || !exited_ || !(gone_ || cgroup_empty_) || !output_.drained()) return;
   ended_ = true;
-  gone_poll_.close();
   cgroup_events_.close();
   control_.close();
   sink_.execution_ended(end_state());

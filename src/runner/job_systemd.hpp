@@ -32,6 +32,7 @@
 #include "runner/job_execution.hpp"
 #include "runner/job_output.hpp"
 #include "runner/systemd_units.hpp"
+#include "runner/unit_watch.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup_usage.hpp"
 #include "sandbox/sandbox_config.hpp"
@@ -73,9 +74,8 @@ class SystemdExecution : public Execution {
   void on_setup(const std::string& error);
   void on_exited(int wait_status, int64_t oom_kills);
   void on_start_answer(sd_bus_message* reply);
-  void on_job_removed(sd_bus_message* signal);
+  void on_start_job_ended(const std::string& result);
   void unit_gone();
-  void poll_unit();
   void fail_start(const std::string& detail);
   void maybe_end();
   ExecutionEnd end_state() const;
@@ -85,17 +85,14 @@ class SystemdExecution : public Execution {
   UnitLaunch launch_;
   ExecutionSink& sink_;
   std::string unit_;
+  UnitWatch watch_;  // its start job's end, its removal
   JobOutput output_;
   reactor::UvHandle<uv_pipe_t> control_;
   std::string control_buf_;
   char control_read_[1024];
-  reactor::UvHandle<uv_timer_t> gone_poll_;  // GetUnit now and then once the job exited
   reactor::UvHandle<uv_fs_event_t> cgroup_events_;  // the unit's cgroup.events changed
   std::string events_dir_;                         // the unit's cgroup2 directory, as the entry named it
   sd_bus_slot* start_slot_ = nullptr;
-  sd_bus_slot* removed_match_ = nullptr;
-  sd_bus_slot* job_match_ = nullptr;
-  sd_bus_slot* get_unit_slot_ = nullptr;
   bool setup_seen_ = false, start_failed_ = false;
   std::string setup_error_;
   bool exited_ = false, gone_ = false, cgroup_empty_ = false, ended_ = false;

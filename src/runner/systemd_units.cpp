@@ -70,6 +70,22 @@ Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std:
 
 SystemdUnits::~SystemdUnits() { sd_bus_slot_unref(call_slot_); }
 
+Status SystemdUnits::start_transient(const std::string& unit, const std::function<int(sd_bus_message*)>& properties,
+                                     sd_bus_slot** slot, sd_bus_message_handler_t answer, void* userdata) {
+  sd_bus_message* m = nullptr;
+  int r = sd_bus_message_new_method_call(bus_->bus(), &m, kSystemd, kManagerPath, kManager, "StartTransientUnit");
+  if (r >= 0) r = sd_bus_message_append(m, "ss", unit.c_str(), "fail");
+  if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sv)");
+  if (r >= 0) r = properties(m);
+  if (r >= 0) r = sd_bus_message_close_container(m);
+  if (r >= 0) r = sd_bus_message_append(m, "a(sa(sv))", 0);
+  if (r >= 0) r = sd_bus_call_async(bus_->bus(), slot, m, answer, userdata, 0);
+  sd_bus_message_unref(m);
+  if (r < 0) return reactor::sd_bus_failure("StartTransientUnit " + unit, r);
+  bus_->update();
+  return {};
+}
+
 Status SystemdUnits::call(const char* interface, const char* member, const std::function<int(sd_bus_message*)>& append,
                           sd_bus_message_handler_t answer) {
   sd_bus_message* m = nullptr;

@@ -58,6 +58,11 @@ class SystemdUnits {
   // (10 s at most). `done` runs once, from a bus callback: it must not destroy this object there.
   void start(Started done);
 
+  // StartTransientUnit(unit, "fail", properties, no auxiliary units): `properties` appends the
+  // a(sv) entries; `answer` gets systemd's reply on the loop (its slot in *slot).
+  Status start_transient(const std::string& unit, const std::function<int(sd_bus_message*)>& properties, sd_bus_slot** slot,
+                         sd_bus_message_handler_t answer, void* userdata);
+
   reactor::SdBusLoop& bus() { return *bus_; }
   const std::string& entry_path() const { return entry_path_; }
   std::string unit_name(const std::string& job_id) const;

@@ -133,8 +133,8 @@ Status check_network(const std::string& proc, QemuConfinement& c) {
   return {};
 }
 
-// The environment: only what libvirt sets.
-Status check_environment(const std::string& proc) {
+// The environment: only what QEMU's launcher sets.
+Status check_environment(const QemuConfinementSpec& spec, const std::string& proc) {
   auto environ = slurp(proc + "/environ");
   if (!environ) return environ.error();
   size_t start = 0;
@@ -144,8 +144,10 @@ Status check_environment(const std::string& proc) {
     const std::string entry = environ->substr(start, end - start);
     const std::string name = entry.substr(0, entry.find('='));
     bool known = false;
-    for (const auto& n : libvirt_qemu_environment_names()) known = known || n == name;
-    if (!known && !entry.empty()) return make_error("vm", "QEMU's environment holds \"" + name.substr(0, 64) + "\", which libvirt does not set");
+    for (const auto& n : spec.environment_names) known = known || n == name;
+    if (!known && !entry.empty()) {
+      return make_error("vm", "QEMU's environment holds \"" + name.substr(0, 64) + "\", which its launcher does not set");
+    }
     start = end + 1;
   }
   return {};
@@ -182,11 +184,29 @@ Status check_memory_limit(const QemuConfinementSpec& spec, const std::string& pr
   return {};
 }
 
+// Pids under a unit's TasksMax: the limit is in force on QEMU's own pids cgroup (v1, or the
+// unified one on v2), no higher than the job's.
+Status check_pids_limit(const QemuConfinementSpec& spec, const std::string& proc, QemuConfinement& c) {
+  auto cgroups = slurp(proc + "/cgroup");
+  if (!cgroups) return cgroups.error();
+  const std::string v1 = cgroup_path_of(*cgroups, "pids");
+  c.pids_limit_file = v1.empty() ? spec.cgroup_root + cgroup_path_of(*cgroups, "") + "/pids.max"
+                                 : spec.cgroup_root + "/pids" + v1 + "/pids.max";
+  auto text = slurp(c.pids_limit_file);
+  if (!text) return make_error("vm", "QEMU's pids limit cannot be read (" + text.error().message + "): refusing to run it unlimited");
+  const long long limit = std::atoll(text->c_str());
+  if (text->rfind("max", 0) == 0 || limit <= 0 || limit > spec.pids_max) {
+    return make_error("vm", "QEMU's pids limit is " + text->substr(0, text->find('\n')) + ", not the job's " + std::to_string(spec.pids_max));
+  }
+  return {};
+}
+
 // Pids: a cgroup of our own in the v1 pids hierarchy (QEMU's other hierarchies stay libvirt's).
 Status limit_pids(const QemuConfinementSpec& spec, QemuConfinement& c) {
   const std::string pids_root = spec.cgroup_root + "/pids";
   struct stat st {};
   if (stat(pids_root.c_str(), &st) != 0) {
+    c.pids_limit_file = c.memory_cgroup_dir + "/pids.max";
     // cgroup v2: one hierarchy; the pids limit goes on the domain's own cgroup, libvirt's.
     if (auto s = write_text(c.memory_cgroup_dir + "/pids.max", std::to_string(spec.pids_max)); !s) {
       return make_error("vm", "cannot set QEMU's pids limit: " + s.error().message);
@@ -194,6 +214,7 @@ Status limit_pids(const QemuConfinementSpec& spec, QemuConfinement& c) {
     return {};
   }
   c.pids_cgroup_dir = pids_root + "/" + spec.pids_cgroup;
+  c.pids_limit_file = c.pids_cgroup_dir + "/pids.max";
   const std::string parent = c.pids_cgroup_dir.substr(0, c.pids_cgroup_dir.rfind('/'));
   if (mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + parent);
   if (mkdir(c.pids_cgroup_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("creating " + c.pids_cgroup_dir);
@@ -215,9 +236,9 @@ Expected<QemuConfinement> confine_qemu(const QemuConfinementSpec& spec) {
   const std::string proc = "/proc/" + std::to_string(spec.pid);
   if (auto s = check_account(spec, proc); !s) return s.error();
   if (auto s = check_network(proc, c); !s) return s.error();
-  if (auto s = check_environment(proc); !s) return s.error();
+  if (auto s = check_environment(spec, proc); !s) return s.error();
   if (auto s = check_memory_limit(spec, proc, c); !s) return s.error();
-  if (auto s = limit_pids(spec, c); !s) return s.error();
+  if (auto s = spec.pids_limited_by_launcher ? check_pids_limit(spec, proc, c) : limit_pids(spec, c); !s) return s.error();
   // Core scheduling: a cookie of its own, so no other task shares a core's siblings with it.
   if (prctl(PR_SCHED_CORE, PR_SCHED_CORE_CREATE, spec.pid, PIDTYPE_TGID, 0) == 0) {
     c.core_scheduling = true;

@@ -5,9 +5,10 @@
 //  - sees a network namespace holding nothing but lo (/proc/PID/net/dev),
 //  - has nothing of the runner's environment (only the variables libvirt itself sets),
 //  - is in a memory cgroup whose limit is the domain's hard limit,
-// and then puts it into a pids cgroup of the runner's own with pids.max set, and gives it a
+// and then puts it into a pids cgroup of the runner's own with pids.max set (or, where QEMU runs
+// as a systemd unit with TasksMax, checks that its pids cgroup has that limit), and gives it a
 // core-scheduling cookie of its own where the kernel has PR_SCHED_CORE. Any failure refuses the
-// job: the caller destroys the domain.
+// job: the caller destroys the domain (or stops the unit).
 #pragma once
 
 #include <sys/types.h>
@@ -28,11 +29,16 @@ struct QemuConfinementSpec {
   int64_t pids_max = 0;
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string pids_cgroup;  // relative to the pids hierarchy: "<runner parent>-vm/<job>" (parent made if missing)
+  // The environment variables its launcher sets (qemu_launcher.hpp); anything else is refused.
+  std::vector<std::string> environment_names;
+  // QEMU's launcher limits its pids (a unit's TasksMax): checked, no cgroup of the runner's made.
+  bool pids_limited_by_launcher = false;
 };
 
 struct QemuConfinement {
   std::string pids_cgroup_dir;  // created here; the VM job reaps it (sandbox/cgroup_reaper.hpp) once QEMU is gone
   std::string memory_cgroup_dir;
+  std::string pids_limit_file;  // where the pids limit was set or found
   bool core_scheduling = false;  // false: the kernel has no PR_SCHED_CORE (the gate reports it)
   std::vector<std::string> interfaces;
 };

@@ -17,6 +17,7 @@
 #include "sandbox/cgroup_reaper.hpp"
 #include "vm/domain_xml.hpp"
 #include "vm/guest_file_read.hpp"
+#include "vm/libvirt_launcher.hpp"
 
 namespace motor::vm {
 namespace {
@@ -63,7 +64,13 @@ Status ensure_data_disk(const std::string& path, int64_t bytes, uid_t uid, gid_t
 }  // namespace
 
 VmJob::VmJob(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, VmJobSpec spec, VmJobSink& sink)
-    : loop_(loop), cgroups_(cgroups), spec_(std::move(spec)), sink_(sink) {}
+    : loop_(loop), cgroups_(cgroups), spec_(std::move(spec)), sink_(sink), launcher_(launcher()) {}
+
+std::unique_ptr<QemuLauncher> VmJob::launcher() const {
+  if (spec_.make_launcher) return spec_.make_launcher();
+  return std::make_unique<LibvirtLauncher>(
+      loop_, LibvirtLauncherSpec{spec_.helper_path, spec_.libvirt_uri, spec_.domain_name, spec_.work_dir, spec_.hard_limit_bytes});
+}
 
 VmJob::~VmJob() {
   // Destroyed unfinished only at exit: kill what runs; the domain is destroyed by the next
@@ -201,17 +208,9 @@ void VmJob::create_domain() {
   d.kernel = spec_.kernel;
   d.initrd = spec_.initrd;
   d.cmdline = spec_.cmdline;
-  const std::string xml_path = spec_.work_dir + "/domain.xml";
-  {
-    std::ofstream out(xml_path, std::ios::trunc);
-    out << domain_xml(d);
-    if (!out) return end(VmOutcome::Kind::kRefused, 0, "writing " + xml_path);
+  if (auto st = launcher_->create(d, [this](Expected<std::string> r) { on_created(std::move(r)); }); !st) {
+    return end(VmOutcome::Kind::kRefused, 0, st.error().message);
   }
-  auto call = HelperCall::start(loop_, spec_.helper_path,
-                                {"create", spec_.libvirt_uri, xml_path, std::to_string(spec_.hard_limit_bytes)}, 120000,
-                                [this](Expected<std::string> r) { on_created(std::move(r)); });
-  if (!call) return end(VmOutcome::Kind::kRefused, 0, call.error().message);
-  helper_ = std::move(*call);
 }
 
 void VmJob::on_created(Expected<std::string> pid_text) {
@@ -246,6 +245,8 @@ void VmJob::on_created(Expected<std::string> pid_text) {
   c.hard_limit_bytes = spec_.hard_limit_bytes;
   c.pids_max = spec_.pids_max;
   c.pids_cgroup = spec_.pids_cgroup;
+  c.environment_names = launcher_->environment_names();
+  c.pids_limited_by_launcher = launcher_->limits_pids();
   auto confined = [&] {
     reactor::SlowCall timed("checking QEMU's confinement");
     return confine_qemu(c);
@@ -253,23 +254,21 @@ void VmJob::on_created(Expected<std::string> pid_text) {
   if (!confined) return end(VmOutcome::Kind::kRefused, 0, "QEMU's confinement: " + confined.error().message);
   confinement_ = std::move(*confined);
   outcome_.core_scheduling = confinement_.core_scheduling;
-  sink_.vm_log("QEMU pid " + std::to_string(qemu_pid_) + " confined: account " + spec_.qemu_account.name +
-               ", interfaces lo only, memory cgroup " + confinement_.memory_cgroup_dir + ", pids cgroup " +
-               confinement_.pids_cgroup_dir + ", core scheduling " + (confinement_.core_scheduling ? "on" : "unavailable"));
+  sink_.vm_log("QEMU pid " + std::to_string(qemu_pid_) + " (" + launcher_->describe() + ") confined: account " + spec_.qemu_account.name +
+               ", interfaces lo only, memory cgroup " + confinement_.memory_cgroup_dir + ", pids limit " +
+               confinement_.pids_limit_file + ", core scheduling " + (confinement_.core_scheduling ? "on" : "unavailable"));
   resume();
 }
 
 void VmJob::resume() {
   phase_ = Phase::kResuming;
-  auto call = HelperCall::start(loop_, spec_.helper_path, {"resume", spec_.libvirt_uri, spec_.domain_name}, 60000,
-                                [this](Expected<std::string> r) {
-                                  if (stopping()) return teardown();
-                                  if (!r) return end(VmOutcome::Kind::kRefused, 0, "resuming the VM: " + r.error().message);
-                                  outcome_.times.domain_start_us = since_us(t_phase_);
-                                  connect_agent();
-                                });
-  if (!call) return end(VmOutcome::Kind::kRefused, 0, call.error().message);
-  helper_ = std::move(*call);
+  auto st = launcher_->resume([this](Expected<std::string> r) {
+    if (stopping()) return teardown();
+    if (!r) return end(VmOutcome::Kind::kRefused, 0, "resuming the VM: " + r.error().message);
+    outcome_.times.domain_start_us = since_us(t_phase_);
+    connect_agent();
+  });
+  if (!st) return end(VmOutcome::Kind::kRefused, 0, st.error().message);
 }
 
 void VmJob::connect_agent() {
@@ -443,7 +442,7 @@ void VmJob::kill(const std::string& why) {
   sink_.vm_log("VM job killed (" + why + ")");
   // A create in flight finishes first (its callback sees stop_requested_ and tears down), so
   // the domain it makes is known and destroyed; anything else stops now.
-  if (phase_ == Phase::kCreating && helper_ && !helper_->finished()) return;
+  if (phase_ == Phase::kCreating && launcher_->creating()) return;
   teardown();
 }
 
@@ -488,19 +487,17 @@ void VmJob::finish_teardown(bool domain_may_exist) {
   struct Doomed {
     std::unique_ptr<QgaClient> agent;
     std::unique_ptr<DiskTool> tool;
-    std::unique_ptr<HelperCall> helper;
     std::unique_ptr<PrepStep> prep;
   };
-  auto doomed = std::make_shared<Doomed>(Doomed{std::move(agent_), std::move(disk_tool_), std::move(helper_), std::move(prep_)});
+  auto doomed = std::make_shared<Doomed>(Doomed{std::move(agent_), std::move(disk_tool_), std::move(prep_)});
   if (auto s = reactor::run_soon(loop_, [doomed] { *doomed = Doomed{}; }); !s) {
     sink_.vm_log(s.error().message + "; the VM job's helpers are freed at the runner's exit");
     new std::shared_ptr<Doomed>(std::move(doomed));  // never freed inside the callback that runs this
   }
   if (!domain_may_exist) return cleanup();
-  auto call = HelperCall::start(loop_, spec_.helper_path, {"destroy", spec_.libvirt_uri, spec_.domain_name, spec_.work_dir}, 120000,
-                                [this](Expected<std::string> r) { destroyed(r ? Status{} : Status(r.error())); });
-  if (!call) return destroyed(call.error());
-  helper_ = std::move(*call);
+  if (auto st = launcher_->destroy([this](Expected<std::string> r) { destroyed(r ? Status{} : Status(r.error())); }); !st) {
+    return destroyed(st);
+  }
 }
 
 void VmJob::destroyed(Status s) {

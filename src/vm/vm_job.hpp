@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 #include "vm/helper_call.hpp"
 #include "vm/prep_step.hpp"
 #include "vm/qemu_confinement.hpp"
+#include "vm/qemu_launcher.hpp"
 #include "vm/qga_client.hpp"
 
 namespace motor::vm {
@@ -42,6 +44,8 @@ struct VmJobSpec {
   std::string work_dir;          // per job: overlay, transfer disk, agent socket, XML; deleted after
   std::string libvirt_uri = "qemu:///system";
   std::string helper_path;       // motor-vm-helper
+  // Who starts QEMU (qemu_launcher.hpp); empty: libvirt, through motor-vm-helper.
+  std::function<std::unique_ptr<QemuLauncher>()> make_launcher;
   std::string init_path;         // motor-init (for the confined disk tools)
   // Starts the preparation and the disk tools (the runner's job starter); null: in process.
   sandbox::Starter* starter = nullptr;
@@ -135,6 +139,7 @@ class VmJob {
   void make_overlay();
   void create_domain();
   void on_created(Expected<std::string> pid_text);
+  std::unique_ptr<QemuLauncher> launcher() const;
   void resume();
   void connect_agent();
   void open_outputs();
@@ -167,7 +172,7 @@ class VmJob {
   std::unique_ptr<PrepStep> prep_;
   bool prep_mounted_ = false;
   std::unique_ptr<DiskTool> disk_tool_;
-  std::unique_ptr<HelperCall> helper_;
+  std::unique_ptr<QemuLauncher> launcher_;
   std::unique_ptr<QgaClient> agent_;
   QemuConfinement confinement_;
   pid_t qemu_pid_ = -1;

@@ -24,6 +24,7 @@
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
+#include "sandbox/starter.hpp"
 
 namespace fs = std::filesystem;
 
@@ -168,25 +169,6 @@ TEST_F(SandboxSpawn, SpawnJobRunsTheSandboxedCommand) {
 
 // --- A sandbox built by a process with no capabilities (job_backend = systemd) -------------------
 
-// The unit's cgroup is the builder's own: the job inherits it (motor-unit-entry's way).
-class InheritedCgroup final : public motor::sandbox::JobCgroup {
- public:
-  const std::string& name() const override { return name_; }
-  int clone_into_fd() const override { return -1; }
-  const std::vector<int>& child_attach_fds() const override { return none_; }
-  std::string events_path() const override { return {}; }
-  motor::Expected<bool> populated() const override { return false; }
-  motor::Status kill_all() override { return {}; }
-  bool oom_killed() const override { return false; }
-  motor::Expected<motor::sandbox::OomWatch> watch_oom() override { return motor::make_error("test", "none"); }
-  motor::Status remove() override { return {}; }
-  std::vector<std::string> directories() const override { return {}; }
-
- private:
-  std::string name_ = "inherited";
-  std::vector<int> none_;
-};
-
 // What a unit with User=motor-job, CapabilityBoundingSet= (empty) and NoNewPrivileges=yes gives
 // motor-unit-entry: the job account, every capability set empty, no_new_privs. 0 or an errno.
 int become_capabilityless(uid_t uid, gid_t gid, gid_t extra_group) {
@@ -223,7 +205,7 @@ BuilderRun run_from_capabilityless_builder(motor::sandbox::SandboxConfig config,
     auto plan = motor::sandbox::plan_sandbox(config);
     if (!plan) fail("plan: " + plan.error().message, 121);
     const motor::sandbox::ChildHooks hooks = motor::sandbox::make_child_hooks(*plan);
-    InheritedCgroup cgroup;
+    motor::sandbox::PassedCgroup cgroup;  // the caller's own, as the unit's is motor-unit-entry's
     motor::sandbox::SpawnSpec spec;
     spec.executable = motor::sandbox::kSandboxInitPath;
     spec.argv = motor::sandbox::init_argv({"/bin/sh", "-c", command});

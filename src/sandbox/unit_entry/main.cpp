@@ -46,6 +46,7 @@
 #include "sandbox/sandbox_codec.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
+#include "sandbox/starter.hpp"
 
 namespace {
 
@@ -53,26 +54,6 @@ using namespace motor;
 
 constexpr uint32_t kMaxRequestBytes = 1 << 20;
 constexpr int kControl = 0;
-
-// The unit's cgroup is the entry's own: the job inherits it at clone3 (no fd to pass).
-class InheritedCgroup final : public sandbox::JobCgroup {
- public:
-  const std::string& name() const override { return name_; }
-  int clone_into_fd() const override { return -1; }
-  const std::vector<int>& child_attach_fds() const override { return none_; }
-  std::string events_path() const override { return {}; }
-  Expected<bool> populated() const override { return unsupported(); }
-  Status kill_all() override { return unsupported(); }
-  bool oom_killed() const override { return false; }
-  Expected<sandbox::OomWatch> watch_oom() override { return unsupported(); }
-  Status remove() override { return unsupported(); }
-  std::vector<std::string> directories() const override { return {}; }
-
- private:
-  static Error unsupported() { return make_error("internal", "the unit's cgroup is systemd's"); }
-  std::string name_ = "unit";
-  std::vector<int> none_;
-};
 
 void answer(const std::string& line) {
   std::string text = line;
@@ -198,7 +179,7 @@ int main() {
   await_runner_limits();
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null) give_up(std::string("opening /dev/null: ") + std::strerror(errno));
-  InheritedCgroup cgroup;
+  sandbox::PassedCgroup cgroup;  // the unit's, the entry's own: the job inherits it at clone3
   spec.stdin_fd = dev_null.get();
   spec.stdout_fd = STDOUT_FILENO;
   spec.stderr_fd = STDERR_FILENO;

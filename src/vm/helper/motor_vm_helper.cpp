@@ -9,10 +9,21 @@
 //                                                              then deletes WORK_DIR (the overlay:
 //                                                              a big unlink must not stall the loop)
 //
+// Where Motor starts QEMU itself, in a transient systemd unit (job_backend = systemd,
+// not landed yet: docs/job-isolation.md), no libvirt is asked:
+//   motor-vm-helper qmp-cont SOCKET                          -> "ok" once QEMU's monitor answered
+//                                                              `cont` (the paused guest runs)
+//   motor-vm-helper remove DIR...                            -> "ok" once each DIR is deleted
+//
 // One line on stdout; exit 0 on success, 1 with "error MESSAGE" otherwise.
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -107,11 +118,91 @@ int destroy(virConnectPtr conn, const char* name, const char* work_dir) {
   return 0;
 }
 
+// QMP, QEMU's monitor protocol: one JSON object per line; a greeting, then each command's
+// "return" or "error", with events (`{"event": ...}`) in between that are skipped.
+class Qmp {
+ public:
+  ~Qmp() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connect(const char* path, std::string& why) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (std::strlen(path) >= sizeof addr.sun_path) return (why = "the monitor's socket path is too long"), false;
+    std::strcpy(addr.sun_path, path);
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      return (why = std::string("connecting to QEMU's monitor: ") + std::strerror(errno)), false;
+    }
+    std::string greeting;
+    if (!read_line(greeting, why)) return false;
+    if (greeting.find("\"QMP\"") == std::string::npos) return (why = "QEMU's monitor did not greet: " + greeting.substr(0, 200)), false;
+    return execute("qmp_capabilities", why);
+  }
+  // Sends {"execute": COMMAND} and waits for its answer.
+  bool execute(const char* command, std::string& why) {
+    const std::string request = std::string("{\"execute\": \"") + command + "\"}\n";
+    if (::write(fd_, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+      return (why = std::string("writing to QEMU's monitor: ") + std::strerror(errno)), false;
+    }
+    for (;;) {
+      std::string line;
+      if (!read_line(line, why)) return false;
+      if (line.find("\"return\"") != std::string::npos) return true;
+      if (line.find("\"error\"") != std::string::npos) return (why = std::string(command) + ": " + line.substr(0, 500)), false;
+    }
+  }
+
+ private:
+  // A line within 10 s of the call (QEMU answers at once; a hung QEMU must not hang the job).
+  bool read_line(std::string& line, std::string& why) {
+    const time_t deadline = time(nullptr) + 10;
+    for (;;) {
+      if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
+        line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return true;
+      }
+      if (buffer_.size() > (1 << 20)) return (why = "QEMU's monitor sent a line over 1 MiB"), false;
+      pollfd p{fd_, POLLIN, 0};
+      const int wait_ms = static_cast<int>(deadline - time(nullptr)) * 1000;
+      if (wait_ms <= 0 || ::poll(&p, 1, wait_ms) <= 0) return (why = "QEMU's monitor did not answer within 10 s"), false;
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return (why = "QEMU's monitor closed the connection"), false;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+int qmp_cont(const char* socket_path) {
+  Qmp qmp;
+  std::string why;
+  if (!qmp.connect(socket_path, why) || !qmp.execute("cont", why)) return fail(why);
+  std::printf("ok\n");
+  return 0;
+}
+
+int remove_dirs(int count, char** dirs) {
+  for (int i = 0; i < count; ++i) {
+    std::error_code ec;
+    std::filesystem::remove_all(dirs[i], ec);
+    if (ec) return fail(std::string("deleting ") + dirs[i] + ": " + ec.message());
+  }
+  std::printf("ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});  // errors go out on stdout, once
+  if (argc == 3 && std::strcmp(argv[1], "qmp-cont") == 0) return qmp_cont(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "remove") == 0) return remove_dirs(argc - 2, argv + 2);
   if (argc < 4) {
     std::printf("error usage: motor-vm-helper create|resume|destroy URI ARGS...\n");
     return 2;
