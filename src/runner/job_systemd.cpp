@@ -6,14 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
-
 #include "base/log.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 #include "reactor/slow_call.hpp"
-#include "sandbox/cgroup_internal.hpp"
 #include "runner/unit_properties.hpp"
+#include "sandbox/cgroup_internal.hpp"
 #include "sandbox/sandbox_codec.hpp"
 
 namespace motor::runner {
