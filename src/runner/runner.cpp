@@ -173,7 +173,7 @@ Status Runner::start_rest() {
     log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
   // After the state writer's fork: libvirt's connection is the runner's alone.
-  vm_host_ = VmHost::create(loop_, config_, init_path_);
+  vm_host_ = VmHost::create(loop_, config_, init_path_, systemd_units_.get());
   awaiting_recovery_ = true;
   if (recovery_scans_ == 0) {
     evict_finished();

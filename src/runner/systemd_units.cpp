@@ -68,7 +68,26 @@ Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std:
   return std::unique_ptr<SystemdUnits>(new SystemdUnits(loop, std::move(*bus), std::move(entry_path), std::move(instance)));
 }
 
-SystemdUnits::~SystemdUnits() { sd_bus_slot_unref(call_slot_); }
+SystemdUnits::~SystemdUnits() {
+  sd_bus_slot_unref(call_slot_);
+  sd_bus_slot_unref(job_removed_match_);
+}
+
+void SystemdUnits::on_start_job_end(const std::string& unit, StartJobEnded handler) {
+  start_jobs_[unit] = std::move(handler);
+}
+
+void SystemdUnits::on_job_removed(sd_bus_message* signal) {
+  uint32_t id = 0;
+  const char *path = nullptr, *unit = nullptr, *result = nullptr;
+  if (sd_bus_message_read(signal, "uoss", &id, &path, &unit, &result) < 0 || !unit || !result) return;
+  auto it = start_jobs_.find(unit);
+  if (it == start_jobs_.end()) return;
+  // Out of the map before it runs: the handler may register or forget units, its own included.
+  StartJobEnded handler = std::move(it->second);
+  start_jobs_.erase(it);
+  if (handler) handler(result);
+}
 
 Status SystemdUnits::start_transient(const std::string& unit, const std::function<int(sd_bus_message*)>& properties,
                                      sd_bus_slot** slot, sd_bus_message_handler_t answer, void* userdata) {
@@ -100,7 +119,15 @@ Status SystemdUnits::call(const char* interface, const char* member, const std::
 
 void SystemdUnits::start(Started done) {
   done_ = std::move(done);
-  int r = sd_bus_call_method_async(bus_->bus(), nullptr, kSystemd, kManagerPath, kManager, "Subscribe", log_bus_failure,
+  const std::string job_removed = std::string("type='signal',sender='") + kSystemd + "',path='" + kManagerPath +
+                                  "',interface='" + kManager + "',member='JobRemoved'";
+  int r = sd_bus_add_match_async(bus_->bus(), &job_removed_match_, job_removed.c_str(),
+                                 [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
+                                   static_cast<SystemdUnits*>(self)->on_job_removed(m);
+                                   return 0;
+                                 }, nullptr, this);
+  if (r < 0) return finish(reactor::sd_bus_failure("watching systemd's JobRemoved", r));
+  r = sd_bus_call_method_async(bus_->bus(), nullptr, kSystemd, kManagerPath, kManager, "Subscribe", log_bus_failure,
                                    nullptr, "");
   if (r < 0) return finish(reactor::sd_bus_failure("subscribing to systemd's signals", r));
   auto s = call(kProperties, "Get", [](sd_bus_message* m) { return sd_bus_message_append(m, "ss", kManager, "Version"); },

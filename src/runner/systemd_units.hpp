@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "motor/expected.hpp"
@@ -52,7 +53,7 @@ class SystemdUnits {
   SystemdUnits(const SystemdUnits&) = delete;
   SystemdUnits& operator=(const SystemdUnits&) = delete;
 
-  // On the loop: Subscribe (UnitRemoved, JobRemoved go only to subscribers), the manager's
+  // On the loop: the JobRemoved match, Subscribe (UnitRemoved, JobRemoved go only to subscribers), the manager's
   // Version (2 s, the probe), then this instance's loaded units (ListUnitsByPatterns) each killed
   // (SIGKILL to all its processes) and stopped, and listed again every 50 ms until they are gone
   // (10 s at most). `done` runs once, from a bus callback: it must not destroy this object there.
@@ -62,6 +63,15 @@ class SystemdUnits {
   // a(sv) entries; `answer` gets systemd's reply on the loop (its slot in *slot).
   Status start_transient(const std::string& unit, const std::function<int(sd_bus_message*)>& properties, sd_bus_slot** slot,
                          sd_bus_message_handler_t answer, void* userdata);
+
+  // The end of `unit`'s start job (JobRemoved's result: "done", "failed", ...), once. One match
+  // on JobRemoved serves every unit, dispatched here by name: sd-bus re-checks an argN match
+  // itself and only where each argument before N is a string, so a match on JobRemoved's arg2
+  // (after a u and an o) never fires (seen in the booted test host). Registering again replaces;
+  // forget_start_job drops the handler unrun.
+  using StartJobEnded = std::function<void(const std::string& result)>;
+  void on_start_job_end(const std::string& unit, StartJobEnded handler);
+  void forget_start_job(const std::string& unit) { start_jobs_.erase(unit); }
 
   reactor::SdBusLoop& bus() { return *bus_; }
   const std::string& entry_path() const { return entry_path_; }
@@ -77,12 +87,15 @@ class SystemdUnits {
   void on_listed(sd_bus_message* reply);
   void list_again();
   void finish(Expected<std::vector<std::string>> result);
+  void on_job_removed(sd_bus_message* signal);
 
   uv_loop_t* loop_;
   std::unique_ptr<reactor::SdBusLoop> bus_;
   std::string entry_path_, instance_;
   Started done_;
   sd_bus_slot* call_slot_ = nullptr;  // the start-up call waiting for its answer
+  sd_bus_slot* job_removed_match_ = nullptr;
+  std::unordered_map<std::string, StartJobEnded> start_jobs_;
   std::vector<std::string> leftover_ids_;
   bool stopping_ = false;
   uint64_t give_up_at_ms_ = 0;

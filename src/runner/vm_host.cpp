@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
+#include <string_view>
 
 #include "reactor/libvirt_loop.hpp"
 #include "reactor/slow_call.hpp"
 #include "base/log.hpp"
+#include "runner/qemu_unit.hpp"
 #include "vm/kvm_probe.hpp"
 
 namespace motor::runner {
@@ -48,14 +51,15 @@ int on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int detail, void*) 
 
 }  // namespace
 
-std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const config::Config& config, const std::string& init_path) {
-  std::unique_ptr<VmHost> host(new VmHost(loop, config));
+std::unique_ptr<VmHost> VmHost::create(uv_loop_t* loop, const config::Config& config, const std::string& init_path,
+                                       SystemdUnits* units) {
+  std::unique_ptr<VmHost> host(new VmHost(loop, config, units));
   host->setup(init_path);
   if (host->unavailable_) {
     if (!config.vm_image.empty()) log_warning("windows jobs are refused: {}", *host->unavailable_);
   } else {
     log_info("windows jobs: {} through {}, image {}", host->emulated_ ? "TCG emulation (allow_emulation = true)" : "KVM (usable by motor-qemu)",
-             config.libvirt_uri, config.vm_image);
+             units ? "QEMU as systemd units (job_backend = systemd)" : config.libvirt_uri, config.vm_image);
   }
   return host;
 }
@@ -80,7 +84,7 @@ void VmHost::setup(const std::string& init_path) {
     unavailable_ = *why;
     return;
   }
-  if (auto why = connect_libvirt()) {
+  if (auto why = units_ ? std::nullopt : connect_libvirt()) {
     unavailable_ = *why;
     return;
   }
@@ -157,19 +161,36 @@ std::optional<std::string> VmHost::choose_accelerator() {
 }
 
 // Job directories in vm_dir belong to VM jobs of a runner that stopped without tearing them down:
-// destroy their domains (by name; a helper each) and delete their overlays.
+// destroy their domains (by name; a helper each) and delete their overlays. Under job_backend =
+// systemd their QEMU units are gone already (SystemdUnits::start stopped them, as job units):
+// the directories and the units' roots (<job>.root) are deleted.
 void VmHost::recover_leftovers() {
   DIR* d = opendir(config_.vm_dir.c_str());
   if (!d) return;
-  std::vector<std::string> names;
+  std::set<std::string> names, roots;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
+    if (name == "." || name == "..") continue;
+    (name.ends_with(".root") ? roots : names).insert(name);
   }
   closedir(d);
+  // A QEMU unit's root whose job directory is gone (a runner that died between the two deletions).
+  for (const auto& root : roots) {
+    if (units_) names.insert(root.substr(0, root.size() - std::string_view(".root").size()));
+  }
   for (const auto& name : names) {
     const std::string dir = config_.vm_dir + "/" + name;
     (void)vm::unmount_prep_output(dir + "/prep");  // a preparation's result, if it was mounted
+    if (units_) {
+      log_warning("VM job {} was left by an earlier runner: its QEMU unit is stopped; deleting its files", name);
+      auto call = vm::HelperCall::start(loop_, helper_path_, {"remove", dir, QemuUnit::root_dir_for(dir)}, 120000,
+                                        [this, name](Expected<std::string> r) {
+                                          if (!r) log_warning("deleting VM job {}'s directory: {}", name, r.error().message);
+                                          recovery_.erase(name);  // destroys this call: nothing runs after it
+                                        });
+      if (call) recovery_[name] = std::move(*call);
+      continue;
+    }
     log_warning("VM job {} was left running by an earlier runner: destroying its domain", name);
     auto call = vm::HelperCall::start(loop_, helper_path_, {"destroy", config_.libvirt_uri, kDomainPrefix + name, dir}, 120000,
                                       [this, name](Expected<std::string> r) {
@@ -220,6 +241,11 @@ vm::VmJobSpec VmHost::job_spec(const std::string& job_id, const std::string& cal
   s.pids_max = std::min<int64_t>(config_.pids_max, 1024);
   s.qemu_account = qemu_account_;
   s.tool_account = job_account;
+  if (units_) {
+    QemuUnitSpec unit{job_id, caller, helper_path_, s.work_dir, QemuUnit::root_dir_for(s.work_dir), qemu_account_.name,
+                      s.hard_limit_bytes, s.pids_max, s.cpus, !emulated_};
+    s.make_launcher = [loop = loop_, units = units_, unit] { return std::make_unique<QemuUnit>(loop, *units, unit); };
+  }
   // Not below cgroup_parent: that holds job cgroups in every hierarchy, which a restarted runner
   // kills and removes; QEMU's pids cgroup is in the pids hierarchy only.
   s.pids_cgroup = config_.cgroup_parent + "-vm/" + job_id;

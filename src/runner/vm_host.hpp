@@ -1,6 +1,8 @@
 // What the runner needs to run VM jobs (platform "windows", issue 8), set up once at start:
-// the QEMU account, motor-vm-helper, the VM directories, the libvirt connection whose events
-// and keepalives run on the runner's loop, and whether KVM is there (or emulation is allowed).
+// the QEMU account, motor-vm-helper, the VM directories, who starts QEMU (libvirt, whose
+// connection's events and keepalives run on the runner's loop; or, under job_backend = systemd,
+// the runner itself as a transient unit: qemu_unit.hpp), and whether KVM is there (or emulation
+// is allowed).
 // A host that cannot run VMs says why; windows jobs are then refused with that reason, and
 // Linux jobs are not affected.
 #pragma once
@@ -16,6 +18,7 @@
 #include "config/config.hpp"
 #include "sandbox/cgroup_reaper.hpp"
 #include "runner/cpu_claims.hpp"
+#include "runner/systemd_units.hpp"
 #include "sandbox/accounts.hpp"
 #include "vm/helper_call.hpp"
 #include "vm/vm_job.hpp"
@@ -24,7 +27,9 @@ namespace motor::runner {
 
 class VmHost {
  public:
-  static std::unique_ptr<VmHost> create(uv_loop_t* loop, const config::Config& config, const std::string& init_path);
+  // `units`: the systemd backend's bus (job_backend = systemd), or null: QEMU through libvirt.
+  static std::unique_ptr<VmHost> create(uv_loop_t* loop, const config::Config& config, const std::string& init_path,
+                                        SystemdUnits* units);
   ~VmHost();
   VmHost(const VmHost&) = delete;
   VmHost& operator=(const VmHost&) = delete;
@@ -44,7 +49,8 @@ class VmHost {
   bool prepares() const { return !config_.vm_prepare_command.empty(); }
 
  private:
-  VmHost(uv_loop_t* loop, const config::Config& config) : loop_(loop), config_(config), retirement_(loop) {}
+  VmHost(uv_loop_t* loop, const config::Config& config, SystemdUnits* units)
+      : loop_(loop), config_(config), units_(units), retirement_(loop) {}
   // Set-up in steps; each returns why windows jobs cannot run here, or nullopt.
   void setup(const std::string& init_path);
   std::optional<std::string> check_files_and_accounts(const std::string& init_path);
@@ -54,6 +60,7 @@ class VmHost {
 
   uv_loop_t* loop_;
   config::Config config_;
+  SystemdUnits* units_;
   sandbox::CgroupReaper retirement_;  // pids cgroups of an earlier runner's VMs that were still busy
   std::optional<std::string> unavailable_;
   bool emulated_ = false;

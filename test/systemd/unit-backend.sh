@@ -8,7 +8,11 @@
 # OOM-killed and reported; cancel and timeout leave no unit and no process; a job with an
 # idmapped cache runs directly; after kill -9 of the runner its restart stops the unit left and
 # records outcome_unknown, and leaves another runner instance's unit alone; the balloon's resource_usage;
-# `motor-runner gate` passes under this backend. Leaves the runner on job_backend = direct again.
+# a VM job's QEMU is a unit of its own (motor-qemu, an empty environment, a network and a root of
+# its own, TasksMax and MemoryMax: docs/windows-jobs.md "QEMU as a systemd unit") and the job's
+# output comes back; after kill -9 of the runner during a VM job its restart stops the QEMU unit,
+# deletes the job's files and records outcome_unknown; `motor-runner gate` passes under this backend. Leaves the runner on
+# job_backend = direct again.
 
 job_units() { inside systemctl list-units --all --plain --no-legend 'motor-job-*' | awk '{print $1}'; }
 job_processes() { inside ps -u motor-job -o pid=,comm= 2>/dev/null; }
@@ -70,6 +74,33 @@ try:
 except BlockingIOError:
     pass
 print("forks", n, flush=True)
+EOF
+# A windows job (the CLI has no platform option): exec.run over the socket, output to stdout, the
+# terminal record as the last line.
+cat >"$tmp/os/usr/local/bin/motor-t-vm-run" <<'EOF'
+#!/usr/bin/python3
+import base64, json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(240)
+s.connect("/run/motor/motor.sock")
+request = json.dumps({"id": 1, "method": "exec.run",
+                      "params": {"command": sys.argv[1], "platform": "windows", "memory": "256M"}}).encode()
+s.sendall(struct.pack(">I", len(request)) + request)
+def exact(n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            sys.exit("the runner closed the connection")
+        buf += chunk
+    return buf
+while True:
+    record = json.loads(exact(struct.unpack(">I", exact(4))[0]))
+    if record.get("type") == "output":
+        sys.stdout.write(base64.b64decode(record["bytes"]).decode(errors="replace"))
+    elif record.get("type") == "terminal" or "error" in record:
+        print(json.dumps(record, separators=(",", ":")))
+        break
 EOF
 chmod 755 "$tmp/os/usr/local/bin/"motor-t-*
 
@@ -192,6 +223,102 @@ status=$(as_alice "motor status --json $id" 2>&1)
 grep -q 'outcome_unknown' <<<"$status" || fail "the lost job's status after the restart: $status"
 kill "$client" 2>/dev/null
 wait "$client" 2>/dev/null
+
+step "a VM job's QEMU is a transient unit: motor-qemu, no environment, its own network and root, its limits"
+guest=$("$src/scripts/build-test-guest") || fail "scripts/build-test-guest"
+mkdir -p "$tmp/os/var/lib/motor-t-guest" && cp -p "$guest/vmlinuz" "$guest/initrd.img" "$guest/base.qcow2" \
+  "$tmp/os/var/lib/motor-t-guest/" || fail "copying the test guest"
+set_vm_image() {  # IMAGE: the test guest's, or "" (no VM jobs)
+  local g=/var/lib/motor-t-guest kernel= initrd= cmdline= emulation=false accelerator=auto
+  [[ -n $1 ]] && kernel=$g/vmlinuz initrd=$g/initrd.img cmdline="console=ttyS0 panic=-1" emulation=true accelerator=tcg
+  inside sed -i -e "s|^vm_image = .*|vm_image = \"$1\"|" -e "s|^vm_kernel = .*|vm_kernel = \"$kernel\"|" \
+    -e "s|^vm_initrd = .*|vm_initrd = \"$initrd\"|" -e "s|^vm_kernel_cmdline = .*|vm_kernel_cmdline = \"$cmdline\"|" \
+    -e "s|^allow_emulation = .*|allow_emulation = $emulation|" -e "s|^vm_accelerator = .*|vm_accelerator = $accelerator|" \
+    -e "s|^vm_agent_timeout_s = .*|vm_agent_timeout_s = 120|" \
+    /etc/motor/motor-runner.conf || fail "editing the VM settings"
+  inside systemctl restart motor-runner || {
+    inside journalctl -u motor-runner --no-pager -n 20 >&2
+    fail "restarting the runner for vm_image = $1"
+  }
+  runner_active
+}
+await_qemu_unit() {  # sets vm_unit and qemu_pid: the job unit whose main process is QEMU (60 s at most)
+  vm_unit= qemu_pid=
+  local pid u
+  for _ in $(seq 1 600); do
+    for u in $(job_units); do
+      pid=$(inside systemctl show -p MainPID --value "$u")
+      [[ $pid -gt 1 && $(inside cat "/proc/$pid/comm" 2>/dev/null) == qemu-system-x86 ]] && qemu_pid=$pid && vm_unit=$u
+    done
+    [[ -n $qemu_pid ]] && return 0
+    kill -0 "$client" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+set_vm_image /var/lib/motor-t-guest/base.qcow2
+as_alice 'exec /usr/local/bin/motor-t-vm-run "echo from-the-vm; sleep 5"' >"$tmp/vm.out" 2>&1 &
+client=$!
+await_qemu_unit || {
+  cat "$tmp/vm.out" >&2
+  inside journalctl -u motor-runner --no-pager -n 30 >&2
+  fail "no QEMU unit appeared"
+}
+props=$(inside systemctl show -p User -p Slice -p TasksMax -p MemoryMax -p PrivateNetwork -p PrivateDevices -p DevicePolicy \
+  -p NoNewPrivileges -p CapabilityBoundingSet -p RootDirectory "$vm_unit")
+grep -qx 'User=motor-qemu' <<<"$props" && grep -qx 'Slice=motor-jobs.slice' <<<"$props" &&
+  grep -q '^TasksMax=[0-9]' <<<"$props" && grep -q '^MemoryMax=[0-9]' <<<"$props" && grep -qx 'PrivateNetwork=yes' <<<"$props" &&
+  grep -qx 'PrivateDevices=yes' <<<"$props" && grep -qx 'DevicePolicy=closed' <<<"$props" &&
+  grep -qx 'NoNewPrivileges=yes' <<<"$props" && grep -qx 'CapabilityBoundingSet=' <<<"$props" &&
+  grep -q '^RootDirectory=/var/lib/motor/vm/.*\.root$' <<<"$props" || fail "the QEMU unit's properties: $props"
+qemu_uid=$(inside id -u motor-qemu)
+[[ $(inside awk '/^Uid:/ {print $2, $3, $4, $5}' "/proc/$qemu_pid/status") == "$qemu_uid $qemu_uid $qemu_uid $qemu_uid" ]] ||
+  fail "QEMU's uids: $(inside grep Uid: "/proc/$qemu_pid/status")"
+qemu_env=$(inside cat "/proc/$qemu_pid/environ" | tr '\0' ' ')
+[[ -z $qemu_env ]] || fail "QEMU's environment is not empty: $qemu_env"
+# A network namespace of its own (the container's, which the runner has, holds only lo as well).
+[[ $(inside readlink "/proc/$qemu_pid/ns/net") != "$(inside readlink /proc/1/ns/net)" ]] ||
+  fail "QEMU is in the host's network namespace"
+# Its root holds what QEMU needs and nothing else of the host's (empty mount points aside).
+inside touch /root/motor-t-secret
+echo "QEMU's root: $(inside ls -A "/proc/$qemu_pid/root" | tr '\n' ' ')" >&2
+for absent in /etc/passwd /root/motor-t-secret /home/alice /var/lib/motor/state.db /run/motor/motor.sock /dev/kvm; do
+  inside test -e "/proc/$qemu_pid/root$absent" && fail "QEMU's root has $absent: $(inside ls -la "/proc/$qemu_pid/root$absent" 2>&1 | head -5)"
+done
+for present in /usr/bin/qemu-system-x86_64 /var/lib/motor-t-guest/base.qcow2 /dev/null; do
+  inside test -e "/proc/$qemu_pid/root$present" || fail "QEMU's root lacks $present"
+done
+wait "$client"
+grep -q '^from-the-vm$' "$tmp/vm.out" && grep -q '"outcome":{"type":"exit","code":0}' "$tmp/vm.out" || {
+  inside journalctl -u motor-runner --no-pager -n 40 >&2
+  inside journalctl -u "$vm_unit" --no-pager -n 30 >&2
+  fail "the VM job: $(cat "$tmp/vm.out")"
+}
+no_unit_or_process "the VM job"
+[[ -z $(inside ls -A /var/lib/motor/vm) ]] || fail "the VM job left $(inside ls -A /var/lib/motor/vm) in /var/lib/motor/vm"
+
+step "kill -9 of the runner during a VM job: its restart stops the QEMU unit, deletes the job's files, records outcome_unknown"
+as_alice 'exec /usr/local/bin/motor-t-vm-run "sleep 600"' >"$tmp/vm-lost.out" 2>&1 &
+client=$!
+await_qemu_unit || fail "no QEMU unit appeared for the VM job to lose: $(cat "$tmp/vm-lost.out")"
+id=${vm_unit%.service}
+id=${id#motor-job-*-}
+inside systemctl kill --signal=KILL --kill-who=main motor-runner || fail "kill -9 of the runner"
+[[ $(inside systemctl is-active "$vm_unit") == active ]] || fail "the QEMU unit went with the runner (it should outlive it)"
+sleep 2.5  # Restart=on-failure, RestartSec=2
+runner_active
+no_unit_or_process "the runner's restart after a VM job"
+for _ in $(seq 1 100); do
+  [[ -z $(inside pgrep -u motor-qemu) && -z $(inside ls -A /var/lib/motor/vm) ]] && break
+  sleep 0.1
+done
+[[ -z $(inside pgrep -u motor-qemu) ]] || fail "QEMU outlived the restart: $(inside ps -u motor-qemu -o pid=,comm=)"
+[[ -z $(inside ls -A /var/lib/motor/vm) ]] || fail "the restart left $(inside ls -A /var/lib/motor/vm) in /var/lib/motor/vm"
+status=$(as_alice "motor status --json $id" 2>&1)
+grep -q 'outcome_unknown' <<<"$status" || fail "the lost VM job's status after the restart: $status"
+kill "$client" 2>/dev/null
+wait "$client" 2>/dev/null
+set_vm_image ""
 
 step "motor-runner gate under job_backend = systemd: every attack stopped"
 # The packaged config with the systemd backend, pids_max = 4096, and a maximum timeout the

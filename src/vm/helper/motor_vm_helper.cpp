@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,14 +36,20 @@
 
 namespace {
 
-int fail(const std::string& what) {
-  std::string msg = what;
-  if (const char* e = virGetLastErrorMessage(); e && std::strcmp(e, "no error") != 0) msg += ": " + std::string(e);
+// The one error line of a call that is not libvirt's (qmp-cont, remove): libvirt's last error is
+// not theirs, and is not even set up when libvirt was never called.
+int fail_plain(std::string msg) {
   for (char& c : msg) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   std::printf("error %s\n", msg.substr(0, 2000).c_str());
   return 1;
+}
+
+int fail(const std::string& what) {
+  std::string msg = what;
+  if (const char* e = virGetLastErrorMessage(); e && std::strcmp(e, "no error") != 0) msg += ": " + std::string(e);
+  return fail_plain(std::move(msg));
 }
 
 struct Conn {
@@ -130,9 +137,20 @@ class Qmp {
     addr.sun_family = AF_UNIX;
     if (std::strlen(path) >= sizeof addr.sun_path) return (why = "the monitor's socket path is too long"), false;
     std::strcpy(addr.sun_path, path);
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      return (why = std::string("connecting to QEMU's monitor: ") + std::strerror(errno)), false;
+    // QEMU makes the socket while it starts up, which may be after its unit counts as started
+    // (Type=exec: at the exec): wait for it, within the same 10 s.
+    const time_t deadline = time(nullptr) + 10;
+    for (;;) {
+      fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd_ < 0) return (why = std::string("making a socket: ") + std::strerror(errno)), false;
+      if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) break;
+      const int error = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if ((error != ENOENT && error != ECONNREFUSED) || time(nullptr) >= deadline) {
+        return (why = std::string("connecting to QEMU's monitor ") + path + ": " + std::strerror(error)), false;
+      }
+      ::usleep(10 * 1000);  // a helper process of its own: waiting here stalls no loop
     }
     std::string greeting;
     if (!read_line(greeting, why)) return false;
@@ -181,7 +199,7 @@ class Qmp {
 int qmp_cont(const char* socket_path) {
   Qmp qmp;
   std::string why;
-  if (!qmp.connect(socket_path, why) || !qmp.execute("cont", why)) return fail(why);
+  if (!qmp.connect(socket_path, why) || !qmp.execute("cont", why)) return fail_plain(why);
   std::printf("ok\n");
   return 0;
 }
@@ -190,7 +208,7 @@ int remove_dirs(int count, char** dirs) {
   for (int i = 0; i < count; ++i) {
     std::error_code ec;
     std::filesystem::remove_all(dirs[i], ec);
-    if (ec) return fail(std::string("deleting ") + dirs[i] + ": " + ec.message());
+    if (ec) return fail_plain(std::string("deleting ") + dirs[i] + ": " + ec.message());
   }
   std::printf("ok\n");
   return 0;
