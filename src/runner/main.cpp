@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/fd_table.hpp"
 #include "base/heap_reuse.hpp"
 #include "motor/error_kind.hpp"
 #include "gate/gate_run.hpp"
@@ -33,6 +34,9 @@ int usage_error(const std::string& message) {
 }
 
 constexpr int kExitConfig = 78;  // EX_CONFIG, as sshd -t
+// The descriptor table grown at start (base/fd_table.hpp): the packaged unit's LimitNOFILE, so
+// that no session or job count the service allows grows it later; 512 KiB of kernel memory.
+constexpr std::size_t kReservedDescriptors = 65536;
 
 int config_error(const std::string& message) {
   fmt::print(stderr, "motor-runner: {}\n", message);
@@ -176,6 +180,8 @@ bool prepare_to_serve(motor::config::Config& config) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  // Grown now, with one thread, not on the loop under the first burst of jobs (fd_table.hpp).
+  if (motor::reserve_fd_table(kReservedDescriptors) == 0) log_warning("could not grow the descriptor table up front");
   if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
   if (config.cgroup_mode != motor::config::CgroupMode::kV1) {
     auto delegated = motor::runner::enter_delegated_cgroup(config.cgroup_parent);
