@@ -241,6 +241,17 @@ void Job::set_workspace_report(std::optional<std::string> tree_hash, int64_t bun
 }
 
 void Job::finish() {
+  if (releasing_) return;
+  releasing_ = true;
+  deadline_.close();
+  scan_abandon_.close();
+  const auto wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
+  // What is left of the job on the host goes before the terminal record, so a client that saw
+  // `terminal` finds nothing of it.
+  execution_->release([this, wall_ms] { conclude_released(wall_ms); });
+}
+
+void Job::conclude_released(int64_t wall_ms) {
   ExecutionEnd& end = *end_;
   protocol::TerminalRecord t;
   t.job_id = id_;
@@ -248,7 +259,7 @@ void Job::finish() {
   t.network = network_;
   t.killed = end.killed;
   t.pipestatus = end.pipestatus;
-  t.wall_ms = static_cast<int64_t>((uv_hrtime() - started_hr_ns_) / 1000000);
+  t.wall_ms = wall_ms;
   t.queue_wait_ms = queue_wait_ms_;
   t.cpus = cpus_.list();
   t.cpus_shared = cpus_.overlapping;
@@ -262,11 +273,6 @@ void Job::finish() {
   t.tree_hash = tree_hash_;
   t.bundle_bytes = bundle_bytes_;
   t.workspace = end.workspace ? end.workspace : workspace_report_;
-  // What is left of the job on the host goes before the terminal record, so a client that saw
-  // `terminal` finds nothing of it.
-  execution_->release();
-  deadline_.close();
-  scan_abandon_.close();
   t.seq = record_.next_seq();
   set_terminal(t);
   start_steps_.mark(StartSteps::kTerminal);

@@ -156,8 +156,11 @@ class Job : private ExecutionSink {
   void bound_scan_for_shutdown();
   void abandon_scan();
   void maybe_finish();
-  // The terminal record from the execution's end and the workspace report; the job concludes.
+  // The execution releases what is left of the job (its cgroup, maybe on libuv's pool), then
+  // conclude_released makes the terminal record from the execution's end and the workspace
+  // report, and the job concludes. `wall_ms`: the job's time up to its end, not its release.
   void finish();
+  void conclude_released(int64_t wall_ms);
   // The end of the job, however it ended: finished, the terminal record logged (or kept for
   // followers), the runner told.
   void set_terminal(const protocol::TerminalRecord& t);
@@ -192,6 +195,7 @@ class Job : private ExecutionSink {
   std::optional<ExecutionEnd> end_;
   // The workspace report, asked for once the processes are gone and before the terminal record.
   bool report_requested_ = false, report_ready_ = false;
+  bool releasing_ = false;  // finish() has run: the release is under way or done
   std::optional<std::string> tree_hash_;
   int64_t bundle_bytes_ = 0;
   std::optional<protocol::WorkspaceReportJson> workspace_report_;

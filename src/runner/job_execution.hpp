@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -106,7 +107,9 @@ class Execution {
   virtual void shutdown() = 0;
   // After the end (and the workspace scan), before the terminal record: what is left of the job
   // on the host goes (its cgroup), so a client that saw `terminal` finds nothing of it.
-  virtual void release() = 0;
+  // `released` runs once that is done: within the call, or later on the loop (not at all if the
+  // execution is destroyed first). It may destroy the execution.
+  virtual void release(std::function<void()> released) = 0;
 };
 
 }  // namespace motor::runner

@@ -14,6 +14,7 @@
 #include "reactor/pool_work.hpp"
 #include "reactor/slow_call.hpp"
 #include "base/log.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "sandbox/cgroup_usage.hpp"
 #include "sandbox/pipestatus.hpp"
 
@@ -357,14 +358,44 @@ ExecutionEnd LinuxExecution::end_state() {
   return end;
 }
 
-void LinuxExecution::release() {
-  if (!cgroup_) return;
-  // Removed now; one still busy (a dying process on a loaded host) goes to the runner's reaper.
-  reactor::SlowCall timed("removing a job cgroup");
+void LinuxExecution::release(std::function<void()> released) {
+  if (!cgroup_) return released();
   // Test build only ("cgroup-kill"): nothing is killed. An empty cgroup is removed; one that
   // still holds what the command left stays with it (the gate's and the tests' clean-up remove both).
-  if (control_weakened("cgroup-kill") && !cgroup_->remove()) (void)cgroup_->disown();
-  cgroup_.reset();
+  if (control_weakened("cgroup-kill")) {
+    if (!cgroup_->remove()) (void)cgroup_->disown();
+    cgroup_.reset();
+    return released();
+  }
+  // Removed on libuv's pool, as it was made: the rmdirs of a cgroup in each v1 hierarchy took
+  // 7-22 ms of the loop per job in the hybrid layout (bench/loop_stall.cpp's "removing a job
+  // cgroup" stalls). One still busy (a dying process on a loaded host) goes to the runner's
+  // reaper, on the loop, and the terminal record does not wait for it.
+  struct Removal {
+    sandbox::CgroupRemains remains;
+    std::string error;
+    bool gone = false;
+  };
+  std::shared_ptr<sandbox::JobCgroup> cgroup = std::move(cgroup_);
+  auto removal = std::make_shared<Removal>();
+  std::weak_ptr<char> alive = alive_;
+  auto queued = reactor::run_on_pool(
+      loop_, [cgroup, removal] { removal->gone = cgroup->release_here(removal->remains, removal->error); },
+      [cgroup, removal, alive, released]() mutable {
+        // Without this execution the runner is being torn down and its reaper may be gone: what
+        // is left stays for the next start's recovery.
+        if (alive.expired()) return;
+        if (!removal->gone) sandbox::reap_or_leave(cgroup->reaper(), std::move(removal->remains));
+        cgroup.reset();  // disowned by release_here: its destructor leaves it
+        released();      // may destroy this
+      });
+  if (queued) return;
+  log(queued.error().message + "; removing the cgroup on the loop");
+  {
+    reactor::SlowCall timed("removing a job cgroup");
+    cgroup.reset();
+  }
+  released();
 }
 
 }  // namespace motor::runner

@@ -44,7 +44,7 @@ class LinuxExecution : public Execution {
 
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;
-  void release() override;
+  void release(std::function<void()> released) override;
 
  private:
   // With its cgroup made: the job's pipes, and the starter asked to spawn it.

@@ -57,7 +57,8 @@ class SystemdExecution : public Execution {
 
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;
-  void release() override {}  // nothing is left: the job ends only once its unit is gone
+  // Nothing is left: the job ends only once its unit is gone.
+  void release(std::function<void()> released) override { released(); }
 
  private:
   Status watch_unit();

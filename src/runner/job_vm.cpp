@@ -25,7 +25,8 @@ class VmExecution : public Execution, private vm::VmJobSink {
     vm_->kill(std::string(to_wire(why.value_or(protocol::KillReason::kCancel))));
   }
   void shutdown() override {}
-  void release() override {}  // the VM and its overlay are gone before vm_finished
+  // The VM and its overlay are gone before vm_finished.
+  void release(std::function<void()> released) override { released(); }
 
  private:
   void vm_command_started() override {

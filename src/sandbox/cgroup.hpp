@@ -16,6 +16,7 @@
 namespace motor::sandbox {
 
 class CgroupReaper;
+struct CgroupRemains;
 
 struct CgroupLimits {
   int64_t memory_bytes = 0;  // 0 = no limit
@@ -66,6 +67,13 @@ class JobCgroup {
     owned_ = false;
     return directories();
   }
+
+  // What the destructor does, without the reaper, and callable off the loop (libuv's pool): the
+  // layout's kill if the cgroup still holds processes, then one attempt at removing it. The
+  // cgroup is disowned either way. False: `remains` (its directories) are still there, `error`
+  // says why; hand them to reap_or_leave on the loop.
+  bool release_here(CgroupRemains& remains, std::string& error);
+  CgroupReaper* reaper() const { return reaper_; }
 
  protected:
   // The concrete cgroups' destructors call this (the virtual functions still reach them there).

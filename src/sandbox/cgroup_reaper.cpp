@@ -38,16 +38,22 @@ void kill_listed(const std::string& dir) {
 
 }  // namespace
 
-void JobCgroup::release() {
-  if (!owned_) return;
+bool JobCgroup::release_here(CgroupRemains& remains, std::string& error) {
+  if (!owned_) return true;
   owned_ = false;
-  CgroupRemains remains = remains_of(*this, name());
+  remains = remains_of(*this, name());
   bool present = false;
   for (const auto& d : remains.dirs) present = present || (!d.empty() && !gone(d));
-  if (!present) return;  // removed already
+  if (!present) return true;  // removed already
   // The layout's own kill first (v1 freezes, so nothing forks while it is killed).
   if (auto populated_now = populated(); !populated_now || *populated_now) (void)kill_all();
-  reap_or_leave(reaper_, std::move(remains));
+  return try_reap(remains, error);
+}
+
+void JobCgroup::release() {
+  CgroupRemains remains;
+  std::string error;
+  if (!release_here(remains, error)) reap_or_leave(reaper_, std::move(remains));
 }
 
 void reap_or_leave(CgroupReaper* reaper, CgroupRemains remains) {
