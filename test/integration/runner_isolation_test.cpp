@@ -579,6 +579,23 @@ TEST_F(RunnerIsolation, PidsLimit_ForkBombStopsAtTheLimit) {
   EXPECT_EQ(after.out, "still fine\n");
 }
 
+// Control: the job's cgroup goes before its terminal record (Job::finish; the removal runs on
+// libuv's pool). A job whose processes are all gone leaves an empty cgroup, which is removed at
+// once: nothing of it may be there when the client reads `terminal`, not even for a moment.
+TEST_F(RunnerIsolation, CgroupRemoval_NothingOfTheJobIsLeftWhenItsTerminalRecordArrives) {
+  for (int round = 0; round < 5; ++round) {
+    RawClient c(runner_->socket());
+    ASSERT_TRUE(c.connected());
+    c.send_frame(R"({"id":1,"method":"exec.run","params":{"command":"true"}})");
+    std::optional<std::string> frame;
+    while ((frame = c.read_frame(30000ms)) && frame->find(R"("type":"terminal")") == std::string::npos) {
+    }
+    ASSERT_TRUE(frame) << "no terminal record";
+    const auto left = job_cgroup_dirs();
+    EXPECT_TRUE(left.empty()) << left.front() << " is still there when the terminal record arrives";
+  }
+}
+
 // Control: the cpuset claim. `--cpus 1` gets one whole core: Cpus_allowed_list in the job equals
 // the claim exec.status reports while the job runs, and is one core's thread siblings.
 TEST_F(RunnerIsolation, Cpuset_CpusAllowedListEqualsTheClaim) {
