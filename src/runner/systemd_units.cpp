@@ -46,6 +46,11 @@ int kill_and_stop_unit(sd_bus* bus, const std::string& unit) {
   return r;
 }
 
+std::string manager_signal_match(const std::string& member, const std::string& extra) {
+  return std::string("type='signal',sender='") + kSystemd + "',path='" + kManagerPath + "',interface='" + kManager +
+         "',member='" + member + "'" + extra;
+}
+
 std::string runner_instance(const std::string& state_dir) {
   uint32_t hash = 2166136261u;
   for (unsigned char c : state_dir) hash = (hash ^ c) * 16777619u;
@@ -119,8 +124,7 @@ Status SystemdUnits::call(const char* interface, const char* member, const std::
 
 void SystemdUnits::start(Started done) {
   done_ = std::move(done);
-  const std::string job_removed = std::string("type='signal',sender='") + kSystemd + "',path='" + kManagerPath +
-                                  "',interface='" + kManager + "',member='JobRemoved'";
+  const std::string job_removed = manager_signal_match("JobRemoved");
   int r = sd_bus_add_match_async(bus_->bus(), &job_removed_match_, job_removed.c_str(),
                                  [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
                                    static_cast<SystemdUnits*>(self)->on_job_removed(m);
