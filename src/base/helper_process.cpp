@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/cpu_policy.hpp"
 #include "motor/sys_error.hpp"
 
 namespace motor {
@@ -14,6 +15,9 @@ int become_helper_process(int channel, const char* name, pid_t runner) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != runner) _exit(0);  // the runner died before the line above
   prctl(PR_SET_NAME, name);
+  // The runner's loop wakes its helpers many times per job; as SCHED_BATCH they never take the
+  // CPU from it mid-iteration (base/cpu_policy.hpp). Best effort: only the loop's latency is at stake.
+  (void)make_this_thread_batch();
   for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);

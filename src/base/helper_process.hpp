@@ -22,9 +22,9 @@ struct HelperProcess {
 Expected<HelperProcess> fork_helper_process(const char* name, const std::function<void(int)>& main);
 
 // In the forked child: PR_SET_PDEATHSIG (and exits at once if `runner` is already gone),
-// PR_SET_NAME, default signal handling with nothing blocked (libuv's handlers would write into
-// the runner's own signal pipe), `channel` moved to fd 3 and every fd above it closed (stdio,
-// the runner's log, stays). Returns 3.
+// PR_SET_NAME, SCHED_BATCH (base/cpu_policy.hpp), default signal handling with nothing blocked
+// (libuv's handlers would write into the runner's own signal pipe), `channel` moved to fd 3 and
+// every fd above it closed (stdio, the runner's log, stays). Returns 3.
 int become_helper_process(int channel, const char* name, pid_t runner);
 
 }  // namespace motor

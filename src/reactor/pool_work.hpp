@@ -16,4 +16,10 @@ namespace motor::reactor {
 // Fails only if libuv refuses the work; neither function has run then.
 Status run_on_pool(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
 
+// Makes libuv's pool threads now, SCHED_BATCH (base/cpu_policy.hpp): the loop wakes one for every
+// piece of work, and a woken SCHED_OTHER thread took the CPU from the loop at once. A new thread
+// takes its creator's policy, so the calling thread is batch while libuv makes them, then has its
+// own policy back. Call it before any other work reaches the pool (later it changes nothing).
+Status start_pool_threads_as_batch();
+
 }  // namespace motor::reactor

@@ -19,6 +19,7 @@
 #include "gate/gate_run.hpp"
 #include "motor/test_switches.hpp"
 #include "motor/version.hpp"
+#include "reactor/pool_work.hpp"
 #include "config/config.hpp"
 #include "runner/connect.hpp"
 #include "runner/delegated_cgroup.hpp"
@@ -182,6 +183,10 @@ bool prepare_to_serve(motor::config::Config& config) {
   }
   // Grown now, with one thread, not on the loop under the first burst of jobs (fd_table.hpp).
   if (motor::reserve_fd_table(kReservedDescriptors) == 0) log_warning("could not grow the descriptor table up front");
+  // After the line above, which wants the process to have one thread.
+  if (auto batch = motor::reactor::start_pool_threads_as_batch(); !batch) {
+    log_warning("libuv's pool threads keep the runner's policy: {}", batch.error().message);
+  }
   if (geteuid() != 0) log_warning("not running as root: cgroups, accounts and sandboxes will likely fail");
   if (config.cgroup_mode != motor::config::CgroupMode::kV1) {
     auto delegated = motor::runner::enter_delegated_cgroup(config.cgroup_parent);

@@ -5,6 +5,7 @@
 #include <linux/close_range.h>
 #include <linux/sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -65,6 +66,10 @@ namespace {
   if (spec.hooks && spec.hooks->before_credentials) {
     if (int err = spec.hooks->before_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
+  // The job starter is SCHED_BATCH (base/cpu_policy.hpp) and its sandbox's setup above ran so;
+  // the job itself runs under the default policy, as any process would (nice kept).
+  const sched_param normal{};
+  if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) child_fail(status_fd, "restoring SCHED_OTHER", errno);
   if (chdir(spec.cwd.c_str()) < 0) child_fail(status_fd, "entering the working directory", errno);
   if (!control_weakened("job-account")) {  // test build only: the job stays uid 0 (capabilities still go)
     const bool groups_settable = !(spec.hooks && spec.hooks->own_user_namespace);

@@ -32,36 +32,39 @@ namespace motor::test {
 
 namespace {
 
-pid_t find_job_starter(pid_t runner) {
+pid_t find_helper(pid_t runner, const std::string& name) {
+  const std::string comm = "(" + name + ")";
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream stat(e.path() / "stat");
     std::string line;
     std::getline(stat, line);
     const auto close = line.rfind(')');
-    if (close == std::string::npos || line.find("(motor-starter)") == std::string::npos) continue;
+    if (close == std::string::npos || line.find(comm) == std::string::npos) continue;
     std::istringstream rest(line.substr(close + 2));
     char state;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (ppid == runner) return static_cast<pid_t>(std::stol(name));
+    if (ppid == runner) return static_cast<pid_t>(std::stol(pid));
   }
   return -1;
 }
 
 }  // namespace
 
-pid_t job_starter_of(pid_t runner) {
-  // The runner forks its starter, which then names itself: on a loaded host a test that asks
+pid_t helper_of(pid_t runner, const std::string& name) {
+  // The runner forks a helper, which then names itself: on a loaded host a test that asks
   // right after the runner listens can come between the two.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
-    const pid_t starter = find_job_starter(runner);
-    if (starter > 0 || std::chrono::steady_clock::now() >= deadline) return starter;
+    const pid_t helper = find_helper(runner, name);
+    if (helper > 0 || std::chrono::steady_clock::now() >= deadline) return helper;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
+
+pid_t job_starter_of(pid_t runner) { return helper_of(runner, "motor-starter"); }
 
 std::set<std::string> netns_fds_of(pid_t pid) {
   std::set<std::string> out;

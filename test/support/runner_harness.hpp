@@ -40,8 +40,10 @@ std::string tree_listing(const std::string& dir);
 // Peak resident set size (VmHWM) of a process, in bytes.
 int64_t peak_rss_bytes(pid_t pid);
 
-// The runner's job starter process (sandbox/job_starter.hpp): its child named motor-starter, or -1 after
+// The runner's child process named `name` (a helper: motor-starter, motor-state), or -1 after
 // waiting 10 s for one.
+pid_t helper_of(pid_t runner, const std::string& name);
+// The runner's job starter process (sandbox/job_starter.hpp): helper_of(runner, "motor-starter").
 pid_t job_starter_of(pid_t runner);
 // "net:[inode]" of every network namespace `pid` holds through an open fd.
 std::set<std::string> netns_fds_of(pid_t pid);
