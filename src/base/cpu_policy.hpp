@@ -7,11 +7,17 @@
 // motor-state and the pool's threads). Batch helpers run when the loop waits or on another core.
 #pragma once
 
+#include <functional>
+
 #include "motor/expected.hpp"
 
 namespace motor {
 
 // The calling thread (only it: Linux keeps the policy per thread) becomes SCHED_BATCH, nice kept.
 Status make_this_thread_batch();
+
+// Runs `while_batch` with the calling thread SCHED_BATCH, then gives the thread the policy it had
+// (whatever it was): for threads made meanwhile, which take their creator's policy.
+Status with_this_thread_batch(const std::function<Status()>& while_batch);
 
 }  // namespace motor

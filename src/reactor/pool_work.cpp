@@ -1,12 +1,9 @@
 #include "reactor/pool_work.hpp"
 
-#include <sched.h>
-
 #include <memory>
 #include <utility>
 
 #include "base/cpu_policy.hpp"
-#include "motor/sys_error.hpp"
 #include "reactor/uv_handle.hpp"
 
 namespace motor::reactor {
@@ -38,25 +35,20 @@ Status run_on_pool(uv_loop_t* loop, std::function<void()> work, std::function<vo
 }
 
 Status start_pool_threads_as_batch() {
-  sched_param before_param{};
-  const int before = sched_getscheduler(0);
-  if (before < 0 || sched_getparam(0, &before_param) != 0) return sys_error("reading this thread's policy");
-  if (auto s = make_this_thread_batch(); !s) return s;
-  // libuv makes every pool thread at its first piece of work, on any loop, and keeps them for
-  // the process's life: a loop of this call's own gives it that work.
-  uv_loop_t loop;
-  int rc = uv_loop_init(&loop);
-  if (rc == 0) {
-    uv_work_t req{};
-    rc = uv_queue_work(&loop, &req, [](uv_work_t*) {}, [](uv_work_t*, int) {});
-    if (rc == 0) rc = uv_run(&loop, UV_RUN_DEFAULT);
-    const int closed = uv_loop_close(&loop);
-    if (rc == 0) rc = closed;
-  }
-  const bool restored = sched_setscheduler(0, before, &before_param) == 0;
-  if (auto s = uv_status(rc, "starting libuv's pool threads"); !s) return s;
-  if (!restored) return sys_error("restoring this thread's policy");
-  return {};
+  return with_this_thread_batch([] {
+    // libuv makes every pool thread at its first piece of work, on any loop, and keeps them for
+    // the process's life: a loop of this call's own gives it that work.
+    uv_loop_t loop;
+    int rc = uv_loop_init(&loop);
+    if (rc == 0) {
+      uv_work_t req{};
+      rc = uv_queue_work(&loop, &req, [](uv_work_t*) {}, [](uv_work_t*, int) {});
+      if (rc == 0) rc = uv_run(&loop, UV_RUN_DEFAULT);
+      const int closed = uv_loop_close(&loop);
+      if (rc == 0) rc = closed;
+    }
+    return uv_status(rc, "starting libuv's pool threads");
+  });
 }
 
 }  // namespace motor::reactor

@@ -67,7 +67,9 @@ namespace {
     if (int err = spec.hooks->before_credentials(stage); err != 0) child_fail(status_fd, stage, err);
   }
   // The job starter is SCHED_BATCH (base/cpu_policy.hpp) and its sandbox's setup above ran so;
-  // the job itself runs under the default policy, as any process would (nice kept).
+  // the job itself runs under the default policy, as any process would (nice kept). The call
+  // itself, not base's: this child shares the starter's memory until its exec, and an error
+  // there would allocate.
   const sched_param normal{};
   if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) child_fail(status_fd, "restoring SCHED_OTHER", errno);
   if (chdir(spec.cwd.c_str()) < 0) child_fail(status_fd, "entering the working directory", errno);
