@@ -421,7 +421,8 @@ const KeySpec kHostKeys[] = {
      "Output in flight to all clients together; past it, the clients that read nothing are "
      "cut off\n(they reattach from their last seq; nothing is lost).",
      "Output in flight to all clients together. Past it, no client gets more stream records "
-     "or replies until the total falls, and the clients that hold a full buffer of their "
+     "until the total falls (replies to requests may go an eighth of it, at least 1 MiB, "
+     "further, so that `motor status` still answers), and the clients that hold a full buffer of their "
      "own and have read nothing of it for `stalled_client_timeout_s` are cut off; what they "
      "had not read stays in the jobs' histories, and `motor` reattaches from its last `seq` "
      "by itself. Followers are fed at most 4 MiB per loop iteration, all jobs together (a "

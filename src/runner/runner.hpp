@@ -4,6 +4,7 @@
 #include <simdjson.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -95,6 +96,13 @@ class Runner : public JobHost, private AdmissionHost {
   // stream record goes out, and the clients that read nothing are cut off (they reattach).
   void buffered_changed(int64_t delta);
   bool buffered_has_room() const { return buffered_bytes_ < config_.client_buffer_total_bytes; }
+  // Replies to requests may go past the total by an eighth of it (at least 1 MiB): output that
+  // fills the total never keeps a request waiting (an operator's `runner.status` above all).
+  // Each session's replies are bounded by its own buffer besides (Session::serve_pending).
+  bool replies_have_room() const {
+    const int64_t total = config_.client_buffer_total_bytes;
+    return buffered_bytes_ < total + std::max<int64_t>(total / 8, int64_t{1} << 20);
+  }
   // At most kRequestsPerIteration requests are answered per loop iteration, all sessions
   // together: a session past that waits, and is served on in a later iteration (in turn).
   bool take_request_turn() { return request_turns_.take(); }

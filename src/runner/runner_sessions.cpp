@@ -116,11 +116,12 @@ void Runner::sweep_sessions() {
 }
 
 void Runner::buffered_changed(int64_t delta) {
-  const bool had_room = buffered_has_room();
+  const bool had_room = buffered_has_room(), had_reply_room = replies_have_room();
   buffered_bytes_ += delta;
   buffered_peak_bytes_ = std::max(buffered_peak_bytes_, buffered_bytes_);
-  // Back under the total: followers and requests that paused for it are served again.
-  if (!had_room && buffered_has_room()) wake_followers_ = true;
+  // Back under the total (or the replies' reserve past it): followers and requests that paused
+  // for it are served again.
+  if ((!had_room && buffered_has_room()) || (!had_reply_room && replies_have_room())) wake_followers_ = true;
   if (!wake_followers_ || !saver_.live()) return;
   // After this iteration, not from inside a send, whose caller may be walking a job's followers.
   if (!shedder_.live()) {

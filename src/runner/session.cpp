@@ -123,8 +123,9 @@ void Session::on_read(ssize_t nread, const uv_buf_t* buf) {
 
 void Session::serve_pending() {
   if (awaiting_turn_) return;  // turn_came() serves on
-  // Replies wait while all clients together are at client_buffer_total, as stream records do.
-  while (!pending_.empty() && !closing_ && !close_when_flushed_ && in_flight_ < room_bytes_ && runner_.buffered_has_room()) {
+  // Replies wait while this client's own buffer is full, or all clients together are past the
+  // total and its reserve for replies (Runner::replies_have_room).
+  while (!pending_.empty() && !closing_ && !close_when_flushed_ && in_flight_ < room_bytes_ && runner_.replies_have_room()) {
     // A few requests per loop iteration, all sessions together (Runner::take_request_turn).
     if (!runner_.take_request_turn()) {
       awaiting_turn_ = true;
