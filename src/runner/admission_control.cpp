@@ -90,14 +90,16 @@ void Admission::start_next() {
     uv_idle_stop(starter_.get());  // admission runs again when a job finishes or a workspace is idle
     return;
   }
-  // The job's queued record must be durable before it runs (recovery then knows it was accepted).
-  if (awaiting_record_.count(head->job_id)) {
+  // The job's queued record must be durable before it runs (recovery then knows it was accepted),
+  // or its command must wait for it (a Linux job's gate).
+  auto pending = pending_.find(head->job_id);
+  if (awaiting_record_.count(head->job_id) && (pending == pending_.end() || !host_.may_start_before_record(pending->second))) {
     uv_idle_stop(starter_.get());  // admission runs again when the job is recorded
     return;
   }
   const QueueEntry entry = *queue_.take(head->job_id);
   if (queue_.empty()) uv_idle_stop(starter_.get());
-  auto pending = pending_.find(entry.job_id);
+  awaiting_record_.erase(entry.job_id);
   if (pending == pending_.end()) return;
   PendingStart start = std::move(pending->second);
   pending_.erase(pending);

@@ -43,6 +43,8 @@ class AdmissionHost {
   virtual bool waits_on_workspace(const std::string& job_id) const = 0;
   // There is room now (job slots, memory, CPUs).
   virtual bool has_room_for(const QueueEntry& entry) const = 0;
+  // It may start before its record is durable (its command waits for it): Job::on_record.
+  virtual bool may_start_before_record(const PendingStart& pending) const = 0;
   // Out of the queue: start it (or refuse it).
   virtual void start_admitted(const std::string& job_id, PendingStart pending) = 0;
   // It waited its whole queue-wait limit: refuse it.
@@ -59,7 +61,8 @@ class Admission {
   // 1-based position in start order, or nullopt if not queued.
   std::optional<size_t> position(const std::string& job_id) const { return queue_.position(job_id); }
 
-  // Queues an accepted job; it starts no earlier than recorded(job_id). Returns its 1-based position.
+  // Queues an accepted job; it starts no earlier than recorded(job_id), unless the host says it
+  // may (its command then waits for the record itself). Returns its 1-based position.
   size_t enqueue(QueueEntry entry, PendingStart pending);
   // The job's queued record is durable: it may start.
   void recorded(const std::string& job_id);

@@ -107,10 +107,12 @@ void Runner::maybe_start_fill(const std::string& caller, const protocol::RunPara
   log_info("job {}: cache fill of {} at {} queued", *id, p.repository_root, tip.commit);
   admission_.enqueue(std::move(entry), std::move(pending));
   // Like a caller's job, it starts once the job table has it.
-  request_save([this, job_id = *id] { admission_.recorded(job_id); },
+  request_save([this, job_id = *id] { job_recorded(job_id); },
                [this, job_id = *id](const Error& e) {
+                 admission_.remove(job_id);
                  if (Job* unrecorded = jobs_.find(job_id)) {
-                   refuse_queued(*unrecorded, protocol::RefusalReason::kRunnerDiskFull, e.message);
+                   metrics_.refused(to_wire(protocol::RefusalReason::kRunnerDiskFull));
+                   unrecorded->refuse_unrecorded(protocol::RefusalReason::kRunnerDiskFull, e.message, std::nullopt);
                  }
                });
   admission_.schedule();

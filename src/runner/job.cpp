@@ -1,6 +1,7 @@
 #include "runner/job.hpp"
 
 #include <chrono>
+#include <utility>
 
 #include "runner/job_linux.hpp"
 #include "base/log.hpp"
@@ -105,6 +106,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   auto created = std::make_unique<LinuxExecution>(host_.loop(), std::move(linux_launch), sink);
   LinuxExecution& execution = *created;
   execution_ = std::move(created);
+  if (on_record_) execution.command_may_run();  // it waited in the queue past its save
   // The deadline runs from now: a child stuck before exec is killed with its cgroup like any job.
   deadline_at_start_ = true;
   arm_deadline();
@@ -131,10 +133,29 @@ void Job::arm_deadline() {
   }
 }
 
+void Job::on_record() {
+  if (on_record_) return;
+  on_record_ = true;
+  if (execution_ && !refusal_at_end_) execution_->command_may_run();
+  if (std::exchange(started_waits_for_record_, false)) execution_started();
+}
+
+void Job::refuse_unrecorded(protocol::RefusalReason reason, std::string detail, std::optional<int64_t> retry_after_ms) {
+  if (state_ == State::kQueued) return finish_unstarted(protocol::refused(reason), std::move(detail), retry_after_ms);
+  if (state_ != State::kRunning || refusal_at_end_) return;
+  refusal_at_end_ = Refusal{reason, std::move(detail), retry_after_ms};
+  log_job(id_, "not on record; killing its sandbox before its command runs");
+  if (execution_) execution_->kill(std::nullopt);
+}
+
 void Job::execution_started() {
+  start_steps_.mark(StartSteps::kExecd);
+  if (!on_record_) {  // the command waits at its gate: it starts with the record (on_record)
+    started_waits_for_record_ = !refusal_at_end_;
+    return;
+  }
   if (command_started_) return;
   command_started_ = true;
-  start_steps_.mark(StartSteps::kExecd);
   started_at_ms_ = now_ms();
   record_.append_record(protocol::encode_started(record_.next_seq(), queue_wait_ms_, started_at_ms_));
   host_.job_started(static_cast<double>(uv_hrtime() - queued_hr_ns_) / 1e9);
@@ -159,6 +180,10 @@ Status Job::execution_output(JobLog::Kind kind, std::string_view bytes) {
 void Job::execution_start_failed(const std::string& detail) {
   deadline_.close();
   state_ = State::kQueued;  // never ran: the runner ends it as refused
+  if (refusal_at_end_) {
+    Refusal r = *refusal_at_end_;
+    return finish_unstarted(protocol::refused(r.reason), std::move(r.detail), r.retry_after_ms);
+  }
   host_.job_start_failed(*this, detail);
 }
 
@@ -266,6 +291,14 @@ void Job::conclude_released(int64_t wall_ms) {
   t.outcome = end.outcome;
   t.ran = end.ran;
   t.refusal_detail = end.refusal_detail;
+  if (refusal_at_end_) {  // killed at its gate: its command never ran
+    t.outcome = protocol::refused(refusal_at_end_->reason);
+    t.ran = protocol::Ran::kNone;
+    t.killed.reset();
+    t.pipestatus.reset();
+    t.refusal_detail = refusal_at_end_->detail.substr(0, 1024);
+    t.retry_after_ms = refusal_at_end_->retry_after_ms;
+  }
   t.oom_killed = end.oom_killed;
   t.cpu_user_us = end.cpu_user_us;
   t.cpu_system_us = end.cpu_system_us;

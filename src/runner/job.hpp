@@ -95,6 +95,20 @@ class Job : private ExecutionSink {
   void set_workspace_report(std::optional<std::string> tree_hash, int64_t bundle_bytes,
                             std::optional<protocol::WorkspaceReportJson> fields);
 
+  // The job's record is durable (its `accepted` is on its way): its command may run. A Linux
+  // job's sandbox may be built before this; its command waits for it (Execution::command_may_run).
+  void on_record();
+  // Its record could not be saved: it ends refused, `ran` none. A job whose sandbox is being built
+  // or waits at its gate is killed first; its command never ran.
+  void refuse_unrecorded(protocol::RefusalReason reason, std::string detail, std::optional<int64_t> retry_after_ms);
+  struct Refusal {
+    protocol::RefusalReason reason;
+    std::string detail;
+    std::optional<int64_t> retry_after_ms;
+  };
+  // Set by refuse_unrecorded on a job that had begun to start.
+  const std::optional<Refusal>& refusal_at_end() const { return refusal_at_end_; }
+
   // Kills the whole tree; the terminal record says why.
   void cancel();
   void kill_for_shutdown();
@@ -190,6 +204,9 @@ class Job : private ExecutionSink {
   bool cancelled_ = false;
   bool shutting_down_ = false;
   bool command_started_ = false;
+  bool on_record_ = false;
+  bool started_waits_for_record_ = false;  // motor-init exec'd before the record was durable
+  std::optional<Refusal> refusal_at_end_;
   uint64_t timeout_ms_ = 0;
   bool deadline_at_start_ = true;  // Linux: from the spawn; a VM: from the command's start in the guest
   std::optional<ExecutionEnd> end_;

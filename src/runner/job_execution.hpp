@@ -110,6 +110,10 @@ class Execution {
   // `released` runs once that is done: within the call, or later on the loop (not at all if the
   // execution is destroyed first). It may destroy the execution.
   virtual void release(std::function<void()> released) = 0;
+  // The job is on record: its command may run. A Linux job's sandbox is built while its record
+  // is saved, and its command waits at a gate until this (motor-init --gate; the systemd unit's
+  // "go"). An execution that starts only after the record (a VM) has nothing to open.
+  virtual void command_may_run() {}
 };
 
 }  // namespace motor::runner

@@ -99,11 +99,17 @@ Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup) {
   UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
   if (pipe2(err_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
   UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
-  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) return fail(sys_error("opening /dev/null"));
+  // motor-init's gate (--gate): the sandbox is built now, its command runs once the job is on
+  // record (command_may_run), which is usually before the sandbox is ready.
+  int gate_pipe[2];
+  if (pipe2(gate_pipe, O_CLOEXEC) < 0) return fail(sys_error("pipe2"));
+  UniqueFd gate_read(gate_pipe[0]);
+  gate_ = UniqueFd(gate_pipe[1]);
+  if (may_run_) command_may_run();
 
   sandbox::SpawnSpec spec = launch_.command.spawn_spec();
-  spec.stdin_fd = dev_null.get();
+  spec.argv.insert(spec.argv.begin() + 1, "--gate");
+  spec.stdin_fd = gate_read.get();
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
   spec.cgroup = cgroup_.get();
@@ -119,6 +125,15 @@ Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup) {
     child_ = sandbox::SandboxedChild::start(loop_, *starter_, box_, spec, {}, std::move(events));
   }  // our ends of the job's pipes close here: the starter (or the child) holds its own
   return {};
+}
+
+void LinuxExecution::command_may_run() {
+  may_run_ = true;
+  if (!gate_) return;  // the spawn opens it
+  // One byte into an empty pipe: never blocks. Then EOF, so motor-init never waits on it again.
+  static const char kGo = 'g';
+  if (::write(gate_.get(), &kGo, 1) != 1) log("could not open the gate of motor-init: " + sys_error("write").message);
+  gate_.reset();
 }
 
 void LinuxExecution::on_start_failed(const std::string& why) {
@@ -230,6 +245,8 @@ void LinuxExecution::on_oom_event(bool woken) {
 }
 
 void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
+  // A command still at its gate never runs: motor-init sees EOF there and exits.
+  if (!may_run_) gate_.reset();
   if (creating_cgroup_) {
     // Nothing runs yet: the spawn follows the cgroup, and on_spawned kills what it made.
     if (why && !killed_) killed_ = why;

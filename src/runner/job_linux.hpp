@@ -45,6 +45,7 @@ class LinuxExecution : public Execution {
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;
   void release(std::function<void()> released) override;
+  void command_may_run() override;
 
  private:
   // With its cgroup made: the job's pipes, and the starter asked to spawn it.
@@ -75,6 +76,9 @@ class LinuxExecution : public Execution {
   sandbox::SandboxConfig box_;  // what the spawn asks for, once the cgroup is made
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
+  // The write end of motor-init's gate (its fd 0): "g" when the job is on record, then closed.
+  UniqueFd gate_;
+  bool may_run_ = false;
   pid_t pid_ = -1;
   bool started_confirmed_ = false;
   std::string setup_error_;  // the child failed before exec

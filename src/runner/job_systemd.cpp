@@ -169,6 +169,18 @@ void SystemdExecution::on_steps(const std::string& stamps) {
 void SystemdExecution::on_cgroup(const std::string& dir) {
   if (setup_seen_ || kill_issued_) return;
   if (auto s = limit_socket_buffers(dir); !s) return fail_start(s.error().message);
+  limits_set_ = true;
+  send_go();
+}
+
+void SystemdExecution::command_may_run() {
+  may_run_ = true;
+  send_go();
+}
+
+void SystemdExecution::send_go() {
+  if (!limits_set_ || !may_run_ || go_sent_ || setup_seen_ || kill_issued_) return;
+  go_sent_ = true;
   static const char kGo[] = "go\n";
   uv_buf_t go = uv_buf_init(const_cast<char*>(kGo), sizeof kGo - 1);
   // Three bytes into an idle socket's buffer: written at once, or the entry is gone (its plan

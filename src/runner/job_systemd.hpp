@@ -59,6 +59,8 @@ class SystemdExecution : public Execution {
   void shutdown() override;
   // Nothing is left: the job ends only once its unit is gone.
   void release(std::function<void()> released) override { released(); }
+  // The entry's "go" (it clones the job on it) waits for both its cgroup's limits and this.
+  void command_may_run() override;
 
  private:
   Status watch_unit();
@@ -68,6 +70,7 @@ class SystemdExecution : public Execution {
   void on_control_line(const std::string& line);
   void on_steps(const std::string& stamps);
   void on_cgroup(const std::string& dir);
+  void send_go();
   void on_events(const std::string& dir);
   void check_cgroup_empty();
   Status check_own_cgroup(const std::string& dir) const;
@@ -95,6 +98,7 @@ class SystemdExecution : public Execution {
   std::string events_dir_;                         // the unit's cgroup2 directory, as the entry named it
   sd_bus_slot* start_slot_ = nullptr;
   bool setup_seen_ = false, start_failed_ = false;
+  bool limits_set_ = false, may_run_ = false, go_sent_ = false;
   std::string setup_error_;
   bool exited_ = false, gone_ = false, cgroup_empty_ = false, ended_ = false;
   int wait_status_ = 0;

@@ -73,9 +73,29 @@ void Runner::refuse_unrecorded(const std::string& job_id, SessionId session_id, 
   if (!job) return;
   admission_.remove(job_id);
   log_warning("job {}: refused, it could not be recorded: {}", job_id, e.message);
-  refuse_queued(*job, RefusalReason::kRunnerDiskFull, "the runner could not record the job: " + e.message, kRetryWhenDiskFullMs);
+  const std::string detail = "the runner could not record the job: " + e.message;
   Session* session = find_session(session_id);
-  if (session && !job->terminal_json().empty()) session->send(protocol::with_request_id(request_id, job->terminal_json()));
+  if (job->state() == Job::State::kQueued) {
+    refuse_queued(*job, RefusalReason::kRunnerDiskFull, detail, kRetryWhenDiskFullMs);
+    if (session && !job->terminal_json().empty()) session->send(protocol::with_request_id(request_id, job->terminal_json()));
+    return;
+  }
+  // Its sandbox was being built (its command waits for the record): killed, it ends refused, and
+  // its terminal record is the only one the caller gets, as the reply to its exec.run.
+  metrics_.refused(to_wire(RefusalReason::kRunnerDiskFull));
+  job->refuse_unrecorded(RefusalReason::kRunnerDiskFull, detail, kRetryWhenDiskFullMs);
+  if (session) job->follow(*session, request_id, 1);
+}
+
+void Runner::job_recorded(const std::string& job_id) {
+  admission_.recorded(job_id);
+  if (Job* job = jobs_.find(job_id)) job->on_record();
+}
+
+bool Runner::may_start_before_record(const PendingStart& pending) const {
+  // A Linux job's command waits at its gate for the record (Job::on_record); a VM boots nothing
+  // before it.
+  return pending.params.platform == protocol::Platform::kLinux;
 }
 
 void Runner::handle_run(Session& session, const protocol::Request& r) {
@@ -223,8 +243,9 @@ void Runner::accept_job(Session& session, int64_t request_id, PendingStart pendi
   auto accepted = std::make_shared<std::string>(protocol::encode_accepted(a));
   if (a.secret) explicit_bzero(a.secret->data(), a.secret->size());
   explicit_bzero(secret.data(), secret.size());
-  // `accepted` promises the job is on record: it goes out once state.json says so, and the job
-  // starts no earlier. If that save fails (a full disk), the job is refused instead.
+  // `accepted` promises the job is on record: it goes out once the job table says so, and the
+  // job's command runs no earlier (its sandbox may be built meanwhile: Job::on_record). If that
+  // save fails (a full disk), the job is refused instead.
   session.owe_reply();
   request_save(
       [this, sid = session.id(), request_id, accepted, job_id = *id] {
@@ -235,7 +256,7 @@ void Runner::accept_job(Session& session, int64_t request_id, PendingStart pendi
         }  // else the client left; the job runs on, attachable later
         if (Job* recorded_job = jobs_.find(job_id)) recorded_job->mark_start_step(StartSteps::kRecorded);
         explicit_bzero(accepted->data(), accepted->size());
-        admission_.recorded(job_id);
+        job_recorded(job_id);
       },
       [this, sid = session.id(), request_id, accepted, job_id = *id](const Error& e) {
         explicit_bzero(accepted->data(), accepted->size());

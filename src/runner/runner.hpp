@@ -191,6 +191,7 @@ class Runner : public JobHost, private AdmissionHost {
   bool waits_on_workspace(const std::string& job_id) const override;
   bool has_room_for(const QueueEntry& entry) const override;
   void start_admitted(const std::string& job_id, PendingStart pending) override;
+  bool may_start_before_record(const PendingStart& pending) const override;
   void queue_wait_exceeded(const std::string& job_id) override;
   void start_linux_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
   bool start_vm_job(Job& job, const PendingStart& pending, const std::string& workspace_dir);
@@ -243,6 +244,8 @@ class Runner : public JobHost, private AdmissionHost {
   std::vector<std::pair<SessionId, int64_t>> drain_waiters_;
   // A job whose first save failed: it ends as refused (runner_disk_full), and `session` hears it.
   void refuse_unrecorded(const std::string& job_id, SessionId session, int64_t request_id, const Error& e);
+  // The job's first save is durable: admission may start it, its command may run.
+  void job_recorded(const std::string& job_id);
   void refuse_job(Session& session, int64_t request_id, protocol::RefusalReason reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The session is the job's caller, or the operator: it sees the job without a secret.

@@ -78,6 +78,7 @@ Status Job::start_unit(const JobLaunch& launch, const sandbox::SandboxConfig& bo
   auto created = std::make_unique<SystemdExecution>(host_.loop(), units, std::move(unit), sink);
   SystemdExecution& execution = *created;
   execution_ = std::move(created);
+  if (on_record_) execution.command_may_run();  // it waited in the queue past its save
   // The deadline runs from now, as for a direct job: a unit stuck before exec is killed too.
   deadline_at_start_ = true;
   arm_deadline();

@@ -23,7 +23,9 @@ class FakeHost : public AdmissionHost {
     timeouts.push_back(pending.timeout_s);
   }
   void queue_wait_exceeded(const std::string& job_id) override { expired.push_back(job_id); }
+  bool may_start_before_record(const PendingStart& pending) const override { return pending.cpus == kGated; }
 
+  static constexpr int64_t kGated = 7;  // a job whose command waits at its gate (its cpus, in these tests)
   std::set<std::string> busy;
   bool room = true;
   std::vector<std::string> started, expired;
@@ -43,7 +45,8 @@ class CoreAdmission : public ::testing::Test {
     if (!admission_) admission_ = std::make_unique<Admission>(&loop_, 8, host_);
     return *admission_;
   }
-  size_t enqueue(const std::string& id, PriorityClass priority = PriorityClass::kBatch, uint64_t wait_ms = 60000) {
+  size_t enqueue(const std::string& id, PriorityClass priority = PriorityClass::kBatch, uint64_t wait_ms = 60000,
+                 bool gated = false) {
     QueueEntry e;
     e.job_id = id;
     e.priority = priority;
@@ -51,6 +54,7 @@ class CoreAdmission : public ::testing::Test {
     e.deadline_ms = e.enqueued_ms + wait_ms;
     PendingStart p;
     p.timeout_s = static_cast<int64_t>(id.size());
+    if (gated) p.cpus = FakeHost::kGated;
     return admission().enqueue(std::move(e), std::move(p));
   }
   void iterate() { uv_run(&loop_, UV_RUN_NOWAIT); }
@@ -83,6 +87,19 @@ TEST_F(CoreAdmission, NothingStartsBeforeItsRecordIsDurable) {
   admission().recorded("a");
   iterate();
   EXPECT_EQ(host_.started, std::vector<std::string>({"a"}));
+}
+
+TEST_F(CoreAdmission, AJobWhoseCommandWaitsForItsRecordStartsBeforeIt) {
+  enqueue("vm");
+  enqueue("linux", PriorityClass::kBatch, 60000, true);
+  admission().schedule();
+  iterate();
+  iterate();
+  EXPECT_TRUE(host_.started.empty());  // FIFO: the first waits for its record, and nothing jumps it
+  admission().recorded("vm");
+  iterate();
+  iterate();
+  EXPECT_EQ(host_.started, std::vector<std::string>({"vm", "linux"}));  // "linux" not yet recorded
 }
 
 TEST_F(CoreAdmission, AJobWaitingOnItsWorkspaceDoesNotHoldUpOthers) {

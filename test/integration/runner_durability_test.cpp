@@ -327,14 +327,18 @@ TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRef
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   const std::string kept = json_field(first.out.substr(0, first.out.find('\n')), "/job_id");
   RawClient c(runner.socket());
-  ASSERT_TRUE(c.send_frame(run_frame(1, "true")));
+  // Its sandbox is built while the save is in hand; the command itself waits for the record.
+  ASSERT_TRUE(c.send_frame(run_frame(1, "touch /workspace/ran")));
   std::this_thread::sleep_for(500ms);  // the save is in the writer's hands
   fs_->fill();
   auto frames = read_until_terminal(c);
   EXPECT_EQ(frame_of(frames, "accepted"), "") << "accepted although its record could not be saved";
+  EXPECT_EQ(frame_of(frames, "started"), "");
   const std::string t = frame_of(frames, "terminal");
   EXPECT_EQ(json_field(t, "/outcome/reason"), "runner_disk_full") << t << runner.log();
+  EXPECT_EQ(json_field(t, "/ran"), "none") << t;
   EXPECT_EQ(json_field(t, "/retry_after_ms"), "60000") << t;
+  EXPECT_NE(access((runner.workspace("default") + "/ran").c_str(), F_OK), 0) << "the command ran unrecorded";
   const std::string job = json_field(t, "/job_id");
   // While saves fail, new jobs are refused at once.
   auto refused = runner.client({"run", "--json", "-c", "true"});
@@ -348,6 +352,25 @@ TEST_F(RunnerDurability, ASaveThatFailsRefusesTheJobItWouldHaveRecordedAndTheRef
   // Nothing lost: the job recorded before the disk filled is still known.
   EXPECT_EQ(json_field(runner.client({"status", kept, "--json"}).out, "/result/state"), "finished");
   EXPECT_EQ(runner.client({"run", "--", "/bin/true"}).exit_code, 0);
+  runner.stop();
+}
+
+// A Linux job's sandbox is built while its record is saved; its command runs only once the record
+// is durable (motor-init's gate), and `accepted` comes before its first record.
+TEST_F(RunnerDurability, AJobsCommandWaitsForItsRecordWhileItsSandboxIsBuilt) {
+  RunnerProcess runner;
+  runner.use_binary(MOTOR_RUNNER_TESTING_BIN, {"--test-slow-state-save=1500"});
+  ASSERT_TRUE(runner.start()) << runner.log();
+  const std::string ran = runner.workspace("default") + "/ran";
+  RawClient c(runner.socket());
+  ASSERT_TRUE(c.send_frame(run_frame(1, "touch /workspace/ran")));
+  std::this_thread::sleep_for(1000ms);  // the sandbox is long built; the save still in hand
+  EXPECT_NE(access(ran.c_str(), F_OK), 0) << "the command ran before its record was durable";
+  auto frames = read_until_terminal(c);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(json_field(frames.front(), "/type"), "accepted") << frames.front();
+  EXPECT_EQ(json_field(frame_of(frames, "terminal"), "/outcome/code"), "0") << runner.log();
+  EXPECT_EQ(access(ran.c_str(), F_OK), 0);
   runner.stop();
 }
 

@@ -1,6 +1,6 @@
 // motor-init: PID 1 of a Linux job's PID namespace (DESIGN.md "A Linux job", issue 3).
 //
-//   motor-init [--test-keep-dumpable] [--pipestatus] [--] COMMAND [ARG...]
+//   motor-init [--test-keep-dumpable] [--pipestatus] [--gate] [--] COMMAND [ARG...]
 //
 // Forks and execs COMMAND (PATH lookup as execvp), reaps every process that is re-parented to
 // it, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT (and SIGUSR1, SIGUSR2, SIGWINCH) to COMMAND, and
@@ -19,6 +19,10 @@
 // pipeline's statuses to fd 254, a pipe only motor-init reads (init_report.hpp); when COMMAND
 // exits, a valid report that fits becomes motor-init's name ("|0|1"), which the runner reads as
 // it reads the signal's. Nothing in it changes the exit code.
+// `--gate`: fd 0 is a pipe from the runner, which builds the sandbox while the job's record is
+// being saved; COMMAND runs only once the runner writes "g" there (the job is on record). At EOF
+// (the record failed, or the runner died) motor-init exits kGateShutExit and runs nothing. Then
+// fd 0 becomes /dev/null, as the runner gives every job (the pipe, at EOF, if that cannot open).
 // It execs nothing but COMMAND, holds no state of the runner, and is linked statically so it
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
 // could not start it; 126: COMMAND not executable.
@@ -115,7 +119,26 @@ struct Options {
   int first = 1;  // COMMAND's index in argv
   bool keep_dumpable = false;
   bool pipestatus = false;
+  bool gate = false;
 };
+
+// What motor-init exits with when the runner closed the gate without letting COMMAND run.
+constexpr int kGateShutExit = 125;
+
+// --gate: waits for the runner's "g" on fd 0. False: the gate was shut (EOF, or anything else).
+bool pass_gate() {
+  char go = 0;
+  ssize_t n;
+  while ((n = read(STDIN_FILENO, &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || go != 'g') return false;
+  const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, STDIN_FILENO);  // dup2 clears close-on-exec on fd 0
+    close(null);
+  }
+  return true;
+}
 
 // The options, in any order, then an optional "--".
 Options parse_options(int argc, char** argv) {
@@ -125,6 +148,8 @@ Options parse_options(int argc, char** argv) {
       o.keep_dumpable = true;
     } else if (std::strcmp(argv[o.first], "--pipestatus") == 0) {
       o.pipestatus = true;
+    } else if (std::strcmp(argv[o.first], "--gate") == 0) {
+      o.gate = true;
     } else {
       break;
     }
@@ -143,9 +168,10 @@ int main(int argc, char** argv) {
     return 127;
   }
   if (first >= argc) {
-    say("usage: motor-init [--test-keep-dumpable] [--pipestatus] [--] COMMAND [ARG...]", nullptr);
+    say("usage: motor-init [--test-keep-dumpable] [--pipestatus] [--gate] [--] COMMAND [ARG...]", nullptr);
     return 127;
   }
+  if (options.gate && !pass_gate()) return kGateShutExit;
   // Orphans must come to us even when we are not PID 1 (a job run without a PID namespace).
   if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
     say("PR_SET_CHILD_SUBREAPER", std::strerror(errno));
