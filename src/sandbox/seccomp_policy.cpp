@@ -14,7 +14,9 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "motor/sys_error.hpp"
@@ -196,11 +198,7 @@ Status add_entry(scmp_filter_ctx ctx, const SeccompEntry& entry) {
   return {};
 }
 
-}  // namespace
-
-std::span<const SeccompEntry> seccomp_policy_table() { return kTable; }
-
-Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets) {
+Expected<SeccompProgram> build_seccomp_policy(bool deny_sockets) {
   std::unique_ptr<void, CtxDeleter> ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return make_error("sandbox", "seccomp: seccomp_init failed");
   // Only the native ABI is in the filter; any other (i386 through int 0x80, x32 numbers with
@@ -231,6 +229,25 @@ Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets) {
   program.instructions.resize(static_cast<size_t>(size) / sizeof(sock_filter));
   if (pread(mem.get(), program.instructions.data(), static_cast<size_t>(size), 0) != size)
     return sys_error("seccomp: read exported program");
+  return program;
+}
+
+}  // namespace
+
+std::span<const SeccompEntry> seccomp_policy_table() { return kTable; }
+
+Expected<SeccompProgram> compile_seccomp_policy(bool deny_sockets) {
+  // The program depends only on these inputs, and building it is 0.1-0.2 ms of libseccomp per
+  // job: each process builds each variant once. The key holds the weakened entries too (test
+  // build only), which a test may change at run time.
+  std::string key(1, deny_sockets ? 'd' : 'a');
+  for (const SeccompEntry& entry : kTable) key += weakened(entry) ? '1' : '0';
+  static std::mutex mutex;
+  static std::map<std::string, SeccompProgram> built;
+  std::lock_guard lock(mutex);
+  if (auto it = built.find(key); it != built.end()) return it->second;
+  auto program = build_seccomp_policy(deny_sockets);
+  if (program) built.emplace(std::move(key), *program);  // a failure is not kept: the next call tries again
   return program;
 }
 

@@ -28,6 +28,7 @@
 #include <span>
 #include <string>
 
+#include "motor/test_switches.hpp"
 #include "sandbox/seccomp_policy.hpp"
 
 #include "integration/sandbox_probe.hpp"
@@ -201,6 +202,27 @@ TEST(SandboxSeccomp, VsockAndUeventNetlinkSocketsAreRefused) {
   ASSERT_TRUE(no_sockets) << no_sockets.error().message;
   EXPECT_EQ(run_bpf(no_sockets->instructions, socket_call(AF_UNIX, SOCK_STREAM, 0)), kEperm);
   EXPECT_EQ(run_bpf(no_sockets->instructions, socket_call(AF_VSOCK, SOCK_STREAM, 0)), kEperm);
+}
+
+// Each process builds each variant of the program once (compile_seccomp_policy keeps it): a
+// later call gives the same program, the other variant its own, and a weakened entry (test build
+// only) a program of its own, never the one kept from before.
+TEST(SandboxSeccomp, AKeptProgramIsTheOneItsInputsWouldBuild) {
+  auto again = motor::sandbox::compile_seccomp_policy();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(run_bpf(again->instructions, call(AUDIT_ARCH_X86_64, SYS_ptrace)), kEperm);
+  EXPECT_EQ(again->instructions.size(), program().instructions.size());
+  auto no_sockets = motor::sandbox::compile_seccomp_policy(true);
+  ASSERT_TRUE(no_sockets);
+  EXPECT_EQ(run_bpf(no_sockets->instructions, socket_call(AF_UNIX, SOCK_STREAM, 0)), kEperm);
+  EXPECT_EQ(run_bpf(again->instructions, socket_call(AF_UNIX, SOCK_STREAM, 0)), SECCOMP_RET_ALLOW);
+  const auto saved = motor::test_switches().weakened;
+  motor::test_switches().weakened = {*motor::Control::parse("seccomp-ptrace")};
+  auto weakened = motor::sandbox::compile_seccomp_policy();
+  motor::test_switches().weakened = saved;
+  ASSERT_TRUE(weakened);
+  EXPECT_EQ(run_bpf(weakened->instructions, call(AUDIT_ARCH_X86_64, SYS_ptrace)), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(run_bpf(motor::sandbox::compile_seccomp_policy()->instructions, call(AUDIT_ARCH_X86_64, SYS_ptrace)), kEperm);
 }
 
 }  // namespace
