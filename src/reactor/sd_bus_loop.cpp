@@ -46,11 +46,19 @@ Expected<std::unique_ptr<SdBusLoop>> SdBusLoop::open_system(uv_loop_t* loop) {
 }
 
 Expected<std::unique_ptr<SdBusLoop>> SdBusLoop::open_address(uv_loop_t* loop, const std::string& address) {
+  return open_at(loop, address, true);
+}
+
+Expected<std::unique_ptr<SdBusLoop>> SdBusLoop::open_peer(uv_loop_t* loop, const std::string& address) {
+  return open_at(loop, address, false);
+}
+
+Expected<std::unique_ptr<SdBusLoop>> SdBusLoop::open_at(uv_loop_t* loop, const std::string& address, bool bus_client) {
   sd_bus* bus = nullptr;
   if (int r = sd_bus_new(&bus); r < 0) return sd_bus_failure("sd_bus_new", r);
   std::unique_ptr<SdBusLoop> conn(new SdBusLoop(loop, bus));
   if (int r = sd_bus_set_address(bus, address.c_str()); r < 0) return sd_bus_failure("the bus address " + address, r);
-  if (int r = sd_bus_set_bus_client(bus, 1); r < 0) return sd_bus_failure("sd_bus_set_bus_client", r);
+  if (int r = sd_bus_set_bus_client(bus, bus_client); r < 0) return sd_bus_failure("sd_bus_set_bus_client", r);
   // Connecting a local socket does not wait; the Hello exchange is asynchronous (answered on the loop).
   if (int r = sd_bus_start(bus); r < 0) return sd_bus_failure("connecting to " + address, r);
   Status s = conn->attach();

@@ -28,6 +28,9 @@ class SdBusLoop {
   static Expected<std::unique_ptr<SdBusLoop>> open_system(uv_loop_t* loop);
   // A bus at `address` (a D-Bus address such as unix:path=/run/x/bus), as a bus client.
   static Expected<std::unique_ptr<SdBusLoop>> open_address(uv_loop_t* loop, const std::string& address);
+  // A direct connection to one peer at `address`, no bus daemon between (systemd's own
+  // unix:path=/run/systemd/private, root only): no Hello, and its messages carry no sender.
+  static Expected<std::unique_ptr<SdBusLoop>> open_peer(uv_loop_t* loop, const std::string& address);
   ~SdBusLoop();
   SdBusLoop(const SdBusLoop&) = delete;
   SdBusLoop& operator=(const SdBusLoop&) = delete;
@@ -46,6 +49,7 @@ class SdBusLoop {
   uint64_t dispatches() const { return dispatches_; }
 
  private:
+  static Expected<std::unique_ptr<SdBusLoop>> open_at(uv_loop_t* loop, const std::string& address, bool bus_client);
   SdBusLoop(uv_loop_t* loop, sd_bus* bus) : loop_(loop), bus_(bus) {}
   Status attach();
   void process();

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include "base/log.hpp"
 #include "motor/sys_error.hpp"
@@ -137,6 +140,7 @@ void SystemdExecution::on_control(ssize_t nread, const char* data) {
 void SystemdExecution::on_control_line(const std::string& line) {
   if (line.rfind("cgroup ", 0) == 0) return on_cgroup(line.substr(7));
   if (line.rfind("events ", 0) == 0) return on_events(line.substr(7));
+  if (line.rfind("pid ", 0) == 0) return on_entry_pid(line.substr(4));
   if (line.rfind("steps ", 0) == 0) return on_steps(line.substr(6));
   if (line == "setup") return on_setup("");
   if (line.rfind("setup ", 0) == 0) return on_setup(line.substr(6));
@@ -206,6 +210,36 @@ void SystemdExecution::on_events(const std::string& dir) {
     log_job(launch_.job_id, "{}", s.error().message);
     cgroup_events_.close();
   }
+}
+
+void SystemdExecution::on_entry_pid(const std::string& text) {
+  if (entry_pidfd_ || setup_seen_) return;  // named once, before the job exists
+  char* end = nullptr;
+  const long pid = std::strtol(text.c_str(), &end, 10);
+  if (pid <= 1 || *end != '\0') return log_job(launch_.job_id, "the unit's entry named a bad pid: {}", text.substr(0, 40));
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)));
+  if (!pidfd) return log_job(launch_.job_id, "{}", sys_error("pidfd_open of the unit's entry").message);
+  // Opened while the entry waits for its "go": the pid is the entry's if it is in the unit's
+  // cgroup now (a process that took a dead entry's pid is not). Otherwise unwatched: the job
+  // still ends at the cgroup's events or the unit's removal.
+  auto cgroups = sandbox::cgroup_detail::read_text(fmt::format("/proc/{}/cgroup", pid));
+  if (!cgroups || (cgroups->find("/" + unit_ + "\n") == std::string::npos && !cgroups->ends_with("/" + unit_))) {
+    return log_job(launch_.job_id, "the pid {} the unit's entry named is not in {}", pid, unit_);
+  }
+  int rc = entry_exit_.init(this, uv_poll_init, loop_, pidfd.get());
+  if (rc == 0) {
+    rc = uv_poll_start(entry_exit_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {
+      auto* self = reactor::owner_of<SystemdExecution>(h);
+      if (!self) return;
+      self->entry_exit_.close();
+      self->check_cgroup_empty();
+    });
+  }
+  if (auto s = reactor::uv_status(rc, "watching the unit's entry"); !s) {
+    entry_exit_.close();
+    return log_job(launch_.job_id, "{}", s.error().message);
+  }
+  entry_pidfd_ = std::move(pidfd);
 }
 
 void SystemdExecution::check_cgroup_empty() {

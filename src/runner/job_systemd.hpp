@@ -72,6 +72,7 @@ class SystemdExecution : public Execution {
   void on_cgroup(const std::string& dir);
   void send_go();
   void on_events(const std::string& dir);
+  void on_entry_pid(const std::string& pid);
   void check_cgroup_empty();
   Status check_own_cgroup(const std::string& dir) const;
   Status limit_socket_buffers(const std::string& dir) const;
@@ -96,6 +97,10 @@ class SystemdExecution : public Execution {
   char control_read_[1024];
   reactor::UvHandle<uv_fs_event_t> cgroup_events_;  // the unit's cgroup.events changed
   std::string events_dir_;                         // the unit's cgroup2 directory, as the entry named it
+  // The entry's exit (a pidfd): the unit's cgroup is looked at again then. The kernel notifies
+  // cgroup.events at most once per 10 ms, so its watch alone may end a short job that much later.
+  UniqueFd entry_pidfd_;
+  reactor::UvHandle<uv_poll_t> entry_exit_;
   sd_bus_slot* start_slot_ = nullptr;
   bool setup_seen_ = false, start_failed_ = false;
   bool limits_set_ = false, may_run_ = false, go_sent_ = false;

@@ -11,6 +11,7 @@ namespace motor::runner {
 namespace {
 
 constexpr const char* kSystemd = kSystemdService;
+constexpr const char* kSystemdPrivateSocket = "/run/systemd/private";
 constexpr const char* kManagerPath = kSystemdManagerPath;
 constexpr const char* kManager = kSystemdManager;
 constexpr const char* kProperties = "org.freedesktop.DBus.Properties";
@@ -46,9 +47,9 @@ int kill_and_stop_unit(sd_bus* bus, const std::string& unit) {
   return r;
 }
 
-std::string manager_signal_match(const std::string& member, const std::string& extra) {
-  return std::string("type='signal',sender='") + kSystemd + "',path='" + kManagerPath + "',interface='" + kManager +
-         "',member='" + member + "'" + extra;
+std::string manager_signal_match(sd_bus* bus, const std::string& member, const std::string& extra) {
+  const std::string sender = sd_bus_is_bus_client(bus) > 0 ? std::string("sender='") + kSystemd + "'," : "";
+  return "type='signal'," + sender + "path='" + kManagerPath + "',interface='" + kManager + "',member='" + member + "'" + extra;
 }
 
 std::string runner_instance(const std::string& state_dir) {
@@ -65,7 +66,15 @@ Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std:
   if (access(entry_path.c_str(), X_OK) != 0) {
     return make_error("config", "motor-unit-entry is not at " + entry_path + " (it is built beside motor-runner)");
   }
-  auto bus = reactor::SdBusLoop::open_system(loop);
+  // As systemctl and systemd-run do as root: straight to systemd's private socket, so that no
+  // bus daemon carries (and wakes for) each StartTransientUnit and each signal of a job's unit.
+  auto bus = geteuid() == 0 && access(kSystemdPrivateSocket, F_OK) == 0
+                 ? reactor::SdBusLoop::open_peer(loop, std::string("unix:path=") + kSystemdPrivateSocket)
+                 : reactor::SdBusLoop::open_system(loop);
+  if (!bus && geteuid() == 0) {
+    log_warning("systemd's private socket: {}; using the system bus", bus.error().message);
+    bus = reactor::SdBusLoop::open_system(loop);
+  }
   if (!bus) return bus.error();
   (*bus)->on_broken([](const std::string& why) {
     log_error("the connection to systemd's bus broke ({}); job units can no longer be started or watched", why);
@@ -124,7 +133,7 @@ Status SystemdUnits::call(const char* interface, const char* member, const std::
 
 void SystemdUnits::start(Started done) {
   done_ = std::move(done);
-  const std::string job_removed = manager_signal_match("JobRemoved");
+  const std::string job_removed = manager_signal_match(bus_->bus(), "JobRemoved");
   int r = sd_bus_add_match_async(bus_->bus(), &job_removed_match_, job_removed.c_str(),
                                  [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
                                    static_cast<SystemdUnits*>(self)->on_job_removed(m);

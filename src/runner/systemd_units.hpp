@@ -28,9 +28,10 @@ inline constexpr const char* kJobSlice = "motor-jobs.slice";
 inline constexpr const char* kSystemdService = "org.freedesktop.systemd1";
 inline constexpr const char* kSystemdManagerPath = "/org/freedesktop/systemd1";
 inline constexpr const char* kSystemdManager = "org.freedesktop.systemd1.Manager";
-// A match rule for the manager's signal `member` ("JobRemoved", "UnitRemoved"), plus `extra`
-// conditions (",arg0='...'"): the one place its sender, path and interface are spelled.
-std::string manager_signal_match(const std::string& member, const std::string& extra = "");
+// A match rule for the manager's signal `member` ("JobRemoved", "UnitRemoved") on `bus`, plus
+// `extra` conditions (",arg0='...'"): the one place its sender, path and interface are spelled.
+// A direct connection to systemd (no bus daemon) names no sender: its messages carry none.
+std::string manager_signal_match(sd_bus* bus, const std::string& member, const std::string& extra = "");
 // The handler of a call whose answer nobody waits for (KillUnit, StopUnit, Subscribe): a failure
 // is logged, except NoSuchUnit (the unit is gone already, which is what a kill wants).
 int log_bus_failure(sd_bus_message* m, void*, sd_bus_error*);

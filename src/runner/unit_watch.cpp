@@ -19,7 +19,7 @@ Status UnitWatch::watch(StartEnded start_ended, Gone gone) {
   start_ended_ = std::move(start_ended);
   on_gone_ = std::move(gone);
   sd_bus* bus = units_.bus().bus();
-  const std::string removed = manager_signal_match("UnitRemoved", ",arg0='" + unit_ + "'");
+  const std::string removed = manager_signal_match(bus, "UnitRemoved", ",arg0='" + unit_ + "'");
   auto on_removed = [](sd_bus_message*, void* self, sd_bus_error*) -> int {
     static_cast<UnitWatch*>(self)->unit_gone();
     return 0;

@@ -10,6 +10,8 @@
 // writes one request: u32 length (host order), then the SandboxConfig and the SpawnSpec in
 // sandbox_codec.hpp's wire form. Its stdout and stderr are the job's output pipes, the runner's
 // own (StandardOutput=fd). It answers on fd 0, one line each:
+//   pid N\n            its own pid: the runner watches it exit (a pidfd), the moment the unit's
+//                      cgroup can be empty (a cgroup.events notification may come 10 ms late)
 //   events DIR\n       its unified (cgroup2) directory: the runner ends the job once its
 //                      cgroup.events says "populated 0", without waiting for systemd to unload
 //                      the unit
@@ -170,6 +172,7 @@ int main() {
     give_up("motor-unit-entry: holding no capability, it builds the sandbox only in a user namespace of its own");
   }
   const OwnCgroups cgroups = own_cgroups();
+  answer("pid " + std::to_string(getpid()));
   if (!cgroups.unified.empty()) answer("events " + cgroups.unified);
   answer("cgroup " + cgroups.memory);  // the runner sets the unit's limits while this plans
   auto plan = sandbox::plan_sandbox(box);
