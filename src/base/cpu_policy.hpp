@@ -13,15 +13,8 @@
 
 namespace motor {
 
-// The calling thread (only it: Linux keeps the policy per thread) becomes SCHED_BATCH, nice kept
-// (and its reset-on-fork flag, below).
+// The calling thread (only it: Linux keeps the policy per thread) becomes SCHED_BATCH, nice kept.
 Status make_this_thread_batch();
-
-// SCHED_FLAG_RESET_ON_FORK on the calling thread, its policy and nice kept: the threads and
-// processes it makes afterwards start at nice 0 when its own nice is negative. The runner's
-// systemd unit gives it Nice=-5, so that its loop is not preempted mid-iteration by the jobs'
-// sandboxes being built beside it; its helpers and the jobs they start do not inherit that.
-Status reset_nice_on_fork();
 
 // Runs `while_batch` with the calling thread SCHED_BATCH, then gives the thread the policy it had
 // (whatever it was): for threads made meanwhile, which take their creator's policy.

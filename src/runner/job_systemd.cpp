@@ -217,15 +217,13 @@ void SystemdExecution::on_entry_pid(const std::string& text) {
   char* end = nullptr;
   const long pid = std::strtol(text.c_str(), &end, 10);
   if (pid <= 1 || *end != '\0') return log_job(launch_.job_id, "the unit's entry named a bad pid: {}", text.substr(0, 40));
+  // Opened while the entry waits for its "go", so the pid is the entry's. Its exit only makes the
+  // runner look at the unit's cgroup.events again, which ends the job only if the cgroup is
+  // empty: a wrong process here could not end a job early. (Not checked against
+  // /proc/PID/cgroup: reading that takes the kernel's cgroup_mutex, which systemd holds while it
+  // makes the units of a burst of jobs, and the loop would wait for it.)
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)));
   if (!pidfd) return log_job(launch_.job_id, "{}", sys_error("pidfd_open of the unit's entry").message);
-  // Opened while the entry waits for its "go": the pid is the entry's if it is in the unit's
-  // cgroup now (a process that took a dead entry's pid is not). Otherwise unwatched: the job
-  // still ends at the cgroup's events or the unit's removal.
-  auto cgroups = sandbox::cgroup_detail::read_text(fmt::format("/proc/{}/cgroup", pid));
-  if (!cgroups || (cgroups->find("/" + unit_ + "\n") == std::string::npos && !cgroups->ends_with("/" + unit_))) {
-    return log_job(launch_.job_id, "the pid {} the unit's entry named is not in {}", pid, unit_);
-  }
   int rc = entry_exit_.init(this, uv_poll_init, loop_, pidfd.get());
   if (rc == 0) {
     rc = uv_poll_start(entry_exit_.get(), UV_READABLE, [](uv_poll_t* h, int, int) {

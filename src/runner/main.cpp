@@ -23,7 +23,6 @@
 #include "config/config.hpp"
 #include "runner/connect.hpp"
 #include "runner/delegated_cgroup.hpp"
-#include "base/cpu_policy.hpp"
 #include "base/log.hpp"
 #include "runner/runner.hpp"
 #include "runner/runner_cli.hpp"
@@ -182,8 +181,6 @@ bool prepare_to_serve(motor::config::Config& config) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  // First, before any thread or helper: a negative nice (the unit's Nice=) stays the loop's own.
-  if (auto s = motor::reset_nice_on_fork(); !s) log_warning("threads and helpers may inherit the runner's nice: {}", s.error().message);
   // Grown now, with one thread, not on the loop under the first burst of jobs (fd_table.hpp).
   if (motor::reserve_fd_table(kReservedDescriptors) == 0) log_warning("could not grow the descriptor table up front");
   // After the line above, which wants the process to have one thread.

@@ -6,8 +6,6 @@
 #include <sched.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,21 +16,8 @@
 namespace motor::test {
 namespace {
 
-// A thread's policy by its id, as the kernel reports it (sched_getscheduler takes a tid), without
-// the reset-on-fork flag (reset_on_fork says whether it is set).
-int policy_of(pid_t tid) { return sched_getscheduler(tid) & ~SCHED_RESET_ON_FORK; }
-bool reset_on_fork(pid_t tid) { return (sched_getscheduler(tid) & SCHED_RESET_ON_FORK) != 0; }
-// Field 19 of /proc/PID/task/TID/stat: the nice value.
-int nice_of(pid_t pid, pid_t tid) {
-  std::ifstream in(fmt::format("/proc/{}/task/{}/stat", pid, tid));
-  std::string stat;
-  std::getline(in, stat);
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
-  std::string field;
-  for (int i = 3; i <= 19 && (fields >> field); ++i) {
-  }
-  return std::stoi(field);
-}
+// A thread's policy by its id, as the kernel reports it (sched_getscheduler takes a tid).
+int policy_of(pid_t tid) { return sched_getscheduler(tid); }
 
 std::vector<pid_t> threads_of(pid_t pid) {
   std::vector<pid_t> out;
@@ -74,29 +59,6 @@ TEST_F(RunnerScheduling, AJobRunsUnderTheDefaultPolicyNotItsStartersBatch) {
   auto r = runner_.client({"run", "--no-sync", "-c", "cut -d' ' -f41 /proc/1/stat /proc/self/stat"});
   ASSERT_EQ(r.exit_code, 0) << r.err << runner_.log();
   EXPECT_EQ(r.out, "0\n0\n");
-}
-
-// The unit's Nice=-5 (conf/motor-runner.service) is the loop's alone: its helpers, its pool
-// threads and the jobs start at nice 0 (base/cpu_policy.hpp, reset_nice_on_fork).
-TEST(RunnerNice, ANegativeNiceIsTheLoopsAloneNotItsHelpersOrJobs) {
-  RunnerProcess runner;
-  runner.use_nice(-5);
-  ASSERT_TRUE(runner.start()) << runner.log();
-  auto r = runner.client({"run", "--no-sync", "-c", "cut -d' ' -f19 /proc/1/stat /proc/self/stat"});
-  ASSERT_EQ(r.exit_code, 0) << r.err << runner.log();
-  EXPECT_EQ(r.out, "0\n0\n") << "the job's motor-init and command";
-  EXPECT_EQ(nice_of(runner.pid(), runner.pid()), -5) << "the loop's own thread";
-  EXPECT_TRUE(reset_on_fork(runner.pid()));
-  for (const char* helper : {"motor-starter", "motor-state"}) {
-    const pid_t pid = helper_of(runner.pid(), helper);
-    ASSERT_GT(pid, 0) << helper;
-    EXPECT_EQ(nice_of(pid, pid), 0) << helper;
-  }
-  for (pid_t tid : threads_of(runner.pid())) {
-    if (tid != runner.pid()) {
-      EXPECT_EQ(nice_of(runner.pid(), tid), 0) << "the runner's thread " << tid;
-    }
-  }
 }
 
 }  // namespace

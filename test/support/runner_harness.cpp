@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,7 +266,6 @@ bool RunnerProcess::start() {
     dup2(in, 0);
     unsetenv("NOTIFY_SOCKET");
     unsetenv("JOURNAL_STREAM");
-    if (nice_ != 0 && setpriority(PRIO_PROCESS, 0, nice_) != 0) _exit(126);
     std::vector<std::string> args{binary_};
     args.insert(args.end(), flags_.begin(), flags_.end());
     for (const std::string& a : {std::string("serve"), std::string("--config"), config_path_, std::string("--state-dir"),

@@ -79,8 +79,6 @@ class RunnerProcess {
   bool start();
   // Runs `binary` (e.g. MOTOR_RUNNER_TESTING_BIN) with `flags` before `serve` from the next start.
   void use_binary(std::string binary, std::vector<std::string> flags = {});
-  // Starts the runner at this nice value from the next start (as a unit's Nice= would).
-  void use_nice(int nice) { nice_ = nice; }
   const std::string& config_path() const { return config_path_; }
   // SIGTERM, then wait; returns the exit status (or -1).
   int stop(std::chrono::seconds timeout = std::chrono::seconds(30));
@@ -103,7 +101,6 @@ class RunnerProcess {
   std::string dir_, state_dir_, socket_, config_path_, log_path_, cgroup_parent_;
   std::string binary_;  // MOTOR_RUNNER_BIN unless use_binary() says otherwise
   std::vector<std::string> flags_;
-  int nice_ = 0;
   pid_t pid_ = -1;
 };
 
