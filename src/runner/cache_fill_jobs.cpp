@@ -109,11 +109,7 @@ void Runner::maybe_start_fill(const std::string& caller, const protocol::RunPara
   // Like a caller's job, it starts once the job table has it.
   request_save([this, job_id = *id] { job_recorded(job_id); },
                [this, job_id = *id](const Error& e) {
-                 admission_.remove(job_id);
-                 if (Job* unrecorded = jobs_.find(job_id)) {
-                   metrics_.refused(to_wire(protocol::RefusalReason::kRunnerDiskFull));
-                   unrecorded->refuse_unrecorded(protocol::RefusalReason::kRunnerDiskFull, e.message, std::nullopt);
-                 }
+                 if (Job* unrecorded = jobs_.find(job_id)) refuse_for_its_record(*unrecorded, e.message, std::nullopt);
                });
   admission_.schedule();
 }

@@ -141,7 +141,7 @@ void Job::on_record() {
 }
 
 void Job::refuse_unrecorded(protocol::RefusalReason reason, std::string detail, std::optional<int64_t> retry_after_ms) {
-  if (state_ == State::kQueued) return finish_unstarted(protocol::refused(reason), std::move(detail), retry_after_ms);
+  if (state_ == State::kQueued) return finish_unstarted(protocol::refused(reason), detail.substr(0, 1024), retry_after_ms);
   if (state_ != State::kRunning || refusal_at_end_) return;
   refusal_at_end_ = Refusal{reason, std::move(detail), retry_after_ms};
   log_job(id_, "not on record; killing its sandbox before its command runs");

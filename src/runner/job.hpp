@@ -106,8 +106,6 @@ class Job : private ExecutionSink {
     std::string detail;
     std::optional<int64_t> retry_after_ms;
   };
-  // Set by refuse_unrecorded on a job that had begun to start.
-  const std::optional<Refusal>& refusal_at_end() const { return refusal_at_end_; }
 
   // Kills the whole tree; the terminal record says why.
   void cancel();

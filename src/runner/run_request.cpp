@@ -71,20 +71,21 @@ void Runner::refuse_job(Session& session, int64_t request_id, RefusalReason reas
 void Runner::refuse_unrecorded(const std::string& job_id, SessionId session_id, int64_t request_id, const Error& e) {
   Job* job = jobs_.find(job_id);
   if (!job) return;
-  admission_.remove(job_id);
   log_warning("job {}: refused, it could not be recorded: {}", job_id, e.message);
-  const std::string detail = "the runner could not record the job: " + e.message;
+  refuse_for_its_record(*job, "the runner could not record the job: " + e.message, kRetryWhenDiskFullMs);
   Session* session = find_session(session_id);
-  if (job->state() == Job::State::kQueued) {
-    refuse_queued(*job, RefusalReason::kRunnerDiskFull, detail, kRetryWhenDiskFullMs);
-    if (session && !job->terminal_json().empty()) session->send(protocol::with_request_id(request_id, job->terminal_json()));
-    return;
-  }
-  // Its sandbox was being built (its command waits for the record): killed, it ends refused, and
-  // its terminal record is the only one the caller gets, as the reply to its exec.run.
+  if (!session) return;
+  // Refused in the queue: its terminal record now. Its sandbox was being built (its command waits
+  // for the record): once that is killed and gone, its terminal record is the only one the caller
+  // gets, as the reply to its exec.run.
+  if (job->state() == Job::State::kFinished) return session->send(protocol::with_request_id(request_id, job->terminal_json()));
+  job->follow(*session, request_id, 1);
+}
+
+void Runner::refuse_for_its_record(Job& job, std::string detail, std::optional<int64_t> retry_after_ms) {
+  admission_.remove(job.id());
   metrics_.refused(to_wire(RefusalReason::kRunnerDiskFull));
-  job->refuse_unrecorded(RefusalReason::kRunnerDiskFull, detail, kRetryWhenDiskFullMs);
-  if (session) job->follow(*session, request_id, 1);
+  job.refuse_unrecorded(RefusalReason::kRunnerDiskFull, std::move(detail), retry_after_ms);
 }
 
 void Runner::job_recorded(const std::string& job_id) {

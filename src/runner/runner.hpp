@@ -246,6 +246,9 @@ class Runner : public JobHost, private AdmissionHost {
   void refuse_unrecorded(const std::string& job_id, SessionId session, int64_t request_id, const Error& e);
   // The job's first save is durable: admission may start it, its command may run.
   void job_recorded(const std::string& job_id);
+  // Its first save failed: out of the queue, counted, and refused (runner_disk_full), at once if
+  // it was queued, else once its sandbox, killed at its gate, is gone (Job::refuse_unrecorded).
+  void refuse_for_its_record(Job& job, std::string detail, std::optional<int64_t> retry_after_ms);
   void refuse_job(Session& session, int64_t request_id, protocol::RefusalReason reason, const std::string& detail,
                   std::optional<int64_t> retry_after_ms = std::nullopt);
   // The session is the job's caller, or the operator: it sees the job without a secret.

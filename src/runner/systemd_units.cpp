@@ -68,10 +68,10 @@ Expected<std::unique_ptr<SystemdUnits>> SystemdUnits::open(uv_loop_t* loop, std:
   }
   // As systemctl and systemd-run do as root: straight to systemd's private socket, so that no
   // bus daemon carries (and wakes for) each StartTransientUnit and each signal of a job's unit.
-  auto bus = geteuid() == 0 && access(kSystemdPrivateSocket, F_OK) == 0
-                 ? reactor::SdBusLoop::open_peer(loop, std::string("unix:path=") + kSystemdPrivateSocket)
-                 : reactor::SdBusLoop::open_system(loop);
-  if (!bus && geteuid() == 0) {
+  const bool private_socket = geteuid() == 0 && access(kSystemdPrivateSocket, F_OK) == 0;
+  auto bus = private_socket ? reactor::SdBusLoop::open_peer(loop, std::string("unix:path=") + kSystemdPrivateSocket)
+                            : reactor::SdBusLoop::open_system(loop);
+  if (!bus && private_socket) {
     log_warning("systemd's private socket: {}; using the system bus", bus.error().message);
     bus = reactor::SdBusLoop::open_system(loop);
   }
