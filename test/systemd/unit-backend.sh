@@ -24,6 +24,16 @@ wait_for_unit() {
   done
   fail "$1: no job unit appeared"
 }
+# Sets `id` to the job id in a client's --json output (FILE) once its `accepted` frame is there:
+# the unit can appear before it, as the sandbox is built while the job's record is saved.
+wait_for_job_id() {  # FILE WHAT
+  for _ in $(seq 1 100); do
+    id=$(job_id_of "$1")
+    [[ -n $id ]] && return 0
+    sleep 0.1
+  done
+  fail "$2: no job id in the client's output"
+}
 no_unit_or_process() {  # WHAT: nothing of the job is left
   local left
   for _ in $(seq 1 50); do
@@ -176,7 +186,7 @@ step "cancel and timeout leave no unit and no process"
 as_alice 'exec motor run --no-sync --json -- sleep 600' >"$tmp/cancel.json" 2>&1 &
 client=$!
 wait_for_unit "the job to cancel"
-id=$(job_id_of "$tmp/cancel.json")
+wait_for_job_id "$tmp/cancel.json" "the job to cancel"
 as_alice "motor cancel $id" >/dev/null || fail "motor cancel"
 wait "$client"
 grep -q '"killed":"cancel"' "$tmp/cancel.json" || fail "the cancelled job's terminal: $(tail -1 "$tmp/cancel.json")"
@@ -211,7 +221,7 @@ for _ in $(seq 1 100); do
   [[ $(job_units | grep -vc foreign) -gt 0 ]] && break
   sleep 0.1
 done
-id=$(job_id_of "$tmp/lost.json")
+wait_for_job_id "$tmp/lost.json" "the job the runner loses"
 inside systemctl kill --signal=KILL --kill-who=main motor-runner || fail "kill -9 of the runner"
 [[ $(job_units | grep -vc foreign) -gt 0 ]] || fail "the job's unit went with the runner (it should outlive it, for the restart to find)"
 sleep 2.5  # Restart=on-failure, RestartSec=2
