@@ -81,6 +81,8 @@ void Admission::expire() {
   if (queue_.empty()) uv_timer_stop(queue_timer_.get());
 }
 
+// One job per call, and one call per loop iteration (the idle handle): a Linux job's cgroup is
+// made on the loop as it starts (LinuxExecution::start), and this bounds that work per iteration.
 void Admission::start_next() {
   // A job whose workspace is busy (a prepare or the scan after a job of it runs) waits without
   // holding up other workspaces' jobs; otherwise FIFO: the first such job waits for room and

@@ -56,29 +56,10 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   limits.cpus = control_weakened("cpuset") ? std::string() : launch_.cpus.list();
   starter_ = &starter;
   box_ = box;
-  // The cgroup's mkdirs and limit files (0.46 ms of the loop per job in the hybrid layout's four
-  // hierarchies) are made on libuv's pool; the spawn follows on the loop. The job is recorded as
-  // running already (Job::begin_running), so recovery kills what a crash leaves of it meanwhile.
-  using Made = Expected<std::unique_ptr<sandbox::JobCgroup>>;
-  auto made = std::make_shared<Made>(make_error("internal", "the job cgroup was not created"));
-  std::weak_ptr<char> alive = alive_;
-  creating_cgroup_ = true;
-  auto queued = reactor::run_on_pool(
-      loop_, [&cgroups, name = launch_.cgroup_name, limits, made] { *made = cgroups.create(name, limits); },
-      [this, made, alive] {
-        if (alive.expired()) {
-          // Only a runner torn down while it started the job gets here: the next start's
-          // recovery removes the cgroup (its reaper may be gone).
-          if (*made) (void)(**made)->disown();
-          return;
-        }
-        creating_cgroup_ = false;
-        Status spawned = *made ? spawn(std::move(**made)) : Status(made->error());
-        if (!spawned) on_start_failed(spawned.error().message);  // may destroy this
-      });
-  if (queued) return {};
-  creating_cgroup_ = false;
-  log(queued.error().message + "; creating the cgroup on the loop");
+  // The cgroup's mkdirs and limit files are made here, on the loop: 0.2-0.46 ms in the hybrid
+  // layout's four hierarchies, which admission's one start per loop iteration bounds
+  // (Admission::start_next). On libuv's pool (sessions 9-15) the round trip's two thread wake-ups
+  // cost a job's start about 0.6 ms more than the work itself (bench/README.md, session 16).
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
     return cgroups.create(launch_.cgroup_name, limits);
@@ -247,12 +228,6 @@ void LinuxExecution::on_oom_event(bool woken) {
 void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
   // A command still at its gate never runs: motor-init sees EOF there and exits.
   if (!may_run_) gate_.reset();
-  if (creating_cgroup_) {
-    // Nothing runs yet: the spawn follows the cgroup, and on_spawned kills what it made.
-    if (why && !killed_) killed_ = why;
-    kill_issued_ = true;
-    return;
-  }
   if (ended_ || !cgroup_) return;
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;

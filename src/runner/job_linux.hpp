@@ -38,7 +38,7 @@ class LinuxExecution : public Execution {
   LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink);
   ~LinuxExecution() override;
 
-  // Creates the cgroup (on libuv's pool) and then asks the starter to spawn `box`. An error
+  // Creates the cgroup (on the loop) and then asks the starter to spawn `box`. An error
   // returned here or reported later (ExecutionSink::execution_start_failed) leaves nothing.
   Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
 
@@ -71,7 +71,6 @@ class LinuxExecution : public Execution {
   // Shared with a kill on libuv's pool (kill_cgroup), so a job that ends meanwhile removes it
   // only after the write (its last reference drops on the loop).
   std::shared_ptr<sandbox::JobCgroup> cgroup_;
-  bool creating_cgroup_ = false;  // on libuv's pool; the spawn waits for it
   sandbox::Starter* starter_ = nullptr;
   sandbox::SandboxConfig box_;  // what the spawn asks for, once the cgroup is made
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
