@@ -7,7 +7,12 @@
 // its sync and prepare included; `cargo build` for the local peer), interleaved, medians of N
 // rounds. A second row: the same after an edit to warm-core (each round's edit is new), warm new
 // workspace against the local warm build. Goal: within 1.2x of the local warm build.
+// Like with like: each `motor run` asks for as many CPUs as the local cargo uses (`--cpus`, every
+// CPU this process may run on: cargo's default -j). Before session 16 the jobs had the runner's
+// default_cpus (1) against the local build's 2, which the edited row's rustc felt.
 // Run as root (it starts a runner).
+#include <sched.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -71,9 +76,12 @@ int main(int argc, char** argv) {
   motor::test::RunnerProcess runner("cache_fill_command = cargo build\n");
   if (!motor::bench::start_runner(runner)) return 1;
   const std::vector<std::string> env = {"XDG_CACHE_HOME=" + base + "/client-cache"};
+  cpu_set_t usable;
+  const int cpus = sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : 1;
   auto motor_run = [&](const std::string& clone, const std::string& key, const std::string& command) {
-    return timed_ms({MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "-w", key, "-c", command}, env,
-                    base + "/" + clone);
+    return timed_ms({MOTOR_CLIENT_BIN, "--socket", runner.socket(), "run", "-w", key, "--cpus", std::to_string(cpus),
+                     "-c", command},
+                    env, base + "/" + clone);
   };
   auto motor_build = [&](const std::string& clone, const std::string& key) { return motor_run(clone, key, "cargo build"); };
   auto local_build = [&] { return timed_ms({"/usr/bin/cargo", "build"}, kToolchainPath, base + "/local"); };
@@ -102,8 +110,9 @@ int main(int argc, char** argv) {
     local_build();  // the local target warm for the unedited tree again (not measured)
   }
   const double w = median(warm), c = median(cold), l = median(local), we = median(warm_edit), le = median(local_edit);
-  fmt::print("warm workspaces, test/fixtures/rust-workspace, {} rounds interleaved (fill: {:.0f} s after a {:.0f} ms run)\n",
-             *rounds, fill_s, fill_start);
+  fmt::print("warm workspaces, test/fixtures/rust-workspace, {} rounds interleaved (fill: {:.0f} s after a {:.0f} ms run); "
+             "jobs and local cargo on {} CPUs; load average {}",
+             *rounds, fill_s, fill_start, cpus, motor::test::read_file("/proc/loadavg"));
   fmt::print("  same tree: new workspace, published warm target  median {:8.0f} ms\n", w);
   fmt::print("  same tree: new workspace, cold                   median {:8.0f} ms\n", c);
   fmt::print("  same tree: local cargo build, warm target        median {:8.0f} ms\n", l);
