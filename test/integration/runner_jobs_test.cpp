@@ -98,6 +98,21 @@ TEST_F(RunnerJobs, MissingCommandExits127WithAMessage) {
   EXPECT_NE(r.err.find("no-such-command-here"), std::string::npos) << r.err;
 }
 
+// motor-init starts the command with posix_spawnp; a file with no interpreter line still runs
+// under /bin/sh, as execvp runs it (motor-init forks for that case), and a file that may not be
+// executed exits 126 with a message.
+TEST_F(RunnerJobs, AScriptWithoutAnInterpreterLineRunsUnderShAndAFileThatIsNotExecutableExits126) {
+  auto made = runner_->client({"run", "-w", "no-interpreter-line", "-c",
+                               "printf 'echo ran-by-sh \"$1\"\\n' >plain && chmod 755 plain && : >not-executable"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto r = runner_->client({"run", "-w", "no-interpreter-line", "--", "./plain", "its-arg"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "ran-by-sh its-arg\n") << r.err;
+  auto refused = runner_->client({"run", "-w", "no-interpreter-line", "--", "./not-executable"});
+  EXPECT_EQ(refused.exit_code, 126) << refused.err;
+  EXPECT_NE(refused.err.find("cannot execute ./not-executable"), std::string::npos) << refused.err;
+}
+
 TEST_F(RunnerJobs, CallerSecretsAreNotForwarded) {
   auto r = runner_->client({"run", "--json", "--env", "GH_TOKEN=canary-1", "--env", "CARGO_TERM_COLOR=never", "-c",
                             "env"});

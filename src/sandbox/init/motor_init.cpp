@@ -2,7 +2,8 @@
 //
 //   motor-init [--test-keep-dumpable] [--pipestatus] [--gate] [--] COMMAND [ARG...]
 //
-// Forks and execs COMMAND (PATH lookup as execvp), reaps every process that is re-parented to
+// Starts COMMAND (posix_spawnp: PATH lookup as execvp, and a file with no executable format runs
+// under /bin/sh as execvp runs it), reaps every process that is re-parented to
 // it, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT (and SIGUSR1, SIGUSR2, SIGWINCH) to COMMAND, and
 // exits when COMMAND exits: with its exit code, or 128+N if signal N killed it (a PID-namespace
 // init cannot re-raise a fatal signal on itself; outside one, the signal is re-raised). So that
@@ -27,6 +28,7 @@
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
 // could not start it; 126: COMMAND not executable.
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +40,8 @@
 #include <cstring>
 
 #include "init_report.hpp"  // this directory: motor-init is built on its own
+
+extern char** environ;
 
 namespace {
 
@@ -113,6 +117,30 @@ int g_report_fd = -1;  // the report pipe's read end, when --pipestatus
   std::snprintf(name, sizeof name, "motor-init:s%d", sig);
   prctl(PR_SET_NAME, name, 0, 0, 0);
   std::_Exit(128 + sig);
+}
+
+// Starts COMMAND with an empty signal mask, the report pipe's write end (if any) at
+// report::kPipestatusFd: posix_spawnp, which glibc runs with CLONE_VM | CLONE_VFORK, so that
+// neither this process nor the child copies page tables or takes copy-on-write faults, as a fork
+// made both do. Returns the child's pid, or -errno (-ENOEXEC: the file has no executable format,
+// which execvp, unlike posix_spawnp, runs under /bin/sh: the caller forks for that).
+pid_t spawn_command(char** command, int report_write_end, const sigset_t& mask) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  if (posix_spawn_file_actions_init(&actions) != 0) return -ENOMEM;
+  if (posix_spawnattr_init(&attributes) != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    return -ENOMEM;
+  }
+  int rc = 0;
+  if (report_write_end >= 0) rc = posix_spawn_file_actions_adddup2(&actions, report_write_end, report::kPipestatusFd);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&attributes, &mask);
+  if (rc == 0) rc = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  if (rc == 0) rc = posix_spawnp(&pid, command[0], &actions, &attributes, command, environ);
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -rc;
 }
 
 struct Options {
@@ -193,10 +221,16 @@ int main(int argc, char** argv) {
 
   ReportPipe pipe_ends;
   if (options.pipestatus && !open_report_pipe(pipe_ends)) say("no pipestatus report pipe", std::strerror(errno));
-  const pid_t child = fork();
-  if (child < 0) {
-    say("fork", std::strerror(errno));
-    return 127;
+  pid_t child = spawn_command(argv + first, pipe_ends.write_end, none);
+  if (child == -ENOEXEC) {
+    child = fork();  // no executable format: execvp below runs it under /bin/sh
+    if (child < 0) {
+      say("fork", std::strerror(errno));
+      return 127;
+    }
+  } else if (child < 0) {
+    std::fprintf(stderr, "motor-init: cannot execute %s: %s\n", argv[first], std::strerror(-child));
+    return -child == ENOENT || -child == ENOTDIR ? 127 : 126;
   }
   if (child == 0) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
