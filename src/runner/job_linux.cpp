@@ -54,8 +54,6 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch_.memory_bytes;
   limits.pids_max = control_weakened("pids-limit") ? 0 : launch_.pids_max;
   limits.cpus = control_weakened("cpuset") ? std::string() : launch_.cpus.list();
-  starter_ = &starter;
-  box_ = box;
   // The cgroup's mkdirs and limit files are made here, on the loop: 0.2-0.46 ms in the hybrid
   // layout's four hierarchies, which admission's one start per loop iteration bounds
   // (Admission::start_next). On libuv's pool (sessions 9-15) the round trip's two thread wake-ups
@@ -65,10 +63,11 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
     return cgroups.create(launch_.cgroup_name, limits);
   }();
   if (!cg) return cg.error();
-  return spawn(std::move(*cg));
+  return spawn(std::move(*cg), starter, box);
 }
 
-Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup) {
+Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup, sandbox::Starter& starter,
+                             const sandbox::SandboxConfig& box) {
   cgroup_ = std::move(cgroup);
   // From here on a failure removes the cgroup again (its destructor).
   auto fail = [&](Error e) -> Status {
@@ -103,7 +102,7 @@ Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup) {
   events.exited = [this](sandbox::SandboxedExit e) { on_exit(std::move(e)); };
   {
     reactor::SlowCall timed("spawning a job");
-    child_ = sandbox::SandboxedChild::start(loop_, *starter_, box_, spec, {}, std::move(events));
+    child_ = sandbox::SandboxedChild::start(loop_, starter, box, spec, {}, std::move(events));
   }  // our ends of the job's pipes close here: the starter (or the child) holds its own
   return {};
 }

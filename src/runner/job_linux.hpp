@@ -49,7 +49,7 @@ class LinuxExecution : public Execution {
 
  private:
   // With its cgroup made: the job's pipes, and the starter asked to spawn it.
-  Status spawn(std::unique_ptr<sandbox::JobCgroup> cgroup);
+  Status spawn(std::unique_ptr<sandbox::JobCgroup> cgroup, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes
   void on_start_failed(const std::string& why);   // the job ends as refused
@@ -71,8 +71,6 @@ class LinuxExecution : public Execution {
   // Shared with a kill on libuv's pool (kill_cgroup), so a job that ends meanwhile removes it
   // only after the write (its last reference drops on the loop).
   std::shared_ptr<sandbox::JobCgroup> cgroup_;
-  sandbox::Starter* starter_ = nullptr;
-  sandbox::SandboxConfig box_;  // what the spawn asks for, once the cgroup is made
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   // The write end of motor-init's gate (its fd 0): "g" when the job is on record, then closed.
