@@ -123,13 +123,6 @@ HostFacts host_facts() {
   return h;
 }
 
-std::string runner_status(const RunnerProcess& runner) {
-  RawClient s(runner.socket());
-  if (!s.send_frame(R"({"id":1,"method":"runner.status","params":{}})")) return std::string();
-  auto r = s.read_frame();
-  return r ? *r : std::string();
-}
-
 void print_header(const Options& o, const HostFacts& h, const std::string& runner_version) {
   fmt::print("capacity report: {} s per level, levels {}\n", o.seconds, fmt::join(o.levels, ","));
   fmt::print("host: {} online CPUs ({} usable), {}; {:.1f} GiB RAM ({:.1f} GiB available); {}; cgroups: {}\n", h.online,

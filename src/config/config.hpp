@@ -45,6 +45,7 @@ struct Config {
   int64_t max_memory_bytes = int64_t{16} << 30;
   int64_t pids_max = 4096;
   int64_t max_running_jobs = 64;
+  int64_t sandbox_pool_size = 1;  // Linux job sandboxes built ahead (runner/sandbox_pool.hpp)
   // Admission: jobs that cannot start wait in the queue (at most max_queued_jobs, each at most
   // queue_wait_limit_s unless the request asks for less).
   int64_t max_queued_jobs = 256;

@@ -226,6 +226,16 @@ const KeySpec kHostKeys[] = {
      "Most jobs running at once; more wait in the queue. 1 to 65536.",
      [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 1, 65536, c.max_running_jobs); },
      [](const Config& c) -> std::string { return std::to_string(c.max_running_jobs); }},
+    {"sandbox_pool_size", "", "number", Reload::kLive, false,
+     "Linux job sandboxes built ahead and kept waiting, so that a job starts without building one.",
+     "Linux job sandboxes built ahead, each exactly as a default job's with an empty mount point "
+     "for its workspace, waiting with motor-init at its command gate. A job whose sandbox would be "
+     "the same but for its workspace takes one (its workspace is then mounted in and its cgroup "
+     "adopts it), which takes most of the sandbox's set-up out of the job's start; each serves one "
+     "job. Jobs that need another sandbox (outbound network, sibling workspaces) build their own. "
+     "0 turns it off. 0 to 16.",
+     [](Config& c, Value& v) { return to_whole(v.scalar, kWhole, 0, 16, c.sandbox_pool_size); },
+     [](const Config& c) -> std::string { return std::to_string(c.sandbox_pool_size); }},
     {"max_queued_jobs", "", "number", Reload::kRestart, false,
      "Jobs that cannot start yet wait in a queue (FIFO per priority class): at most this "
      "many.",

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -204,7 +206,8 @@ std::vector<std::string> leftover_cgroups(const AttackEnv& env) {
     const std::string parent = m + "/" + env.cgroup_parent;
     if (DIR* d = opendir(parent.c_str())) {
       while (dirent* e = readdir(d)) {
-        if (e->d_type == DT_DIR && e->d_name[0] != '.') out.push_back(parent + "/" + e->d_name);
+        // Jobs' cgroups only: the runner's sandboxes built ahead wait in one of its own.
+        if (e->d_type == DT_DIR && std::string_view(e->d_name).starts_with("job-")) out.push_back(parent + "/" + e->d_name);
       }
       closedir(d);
     }

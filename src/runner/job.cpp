@@ -97,7 +97,7 @@ Status Job::begin_running(const JobLaunch& launch) {
 }
 
 Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-                  sandbox::Starter& starter) {
+                  sandbox::Starter& starter, std::unique_ptr<PooledSandbox> pooled) {
   cgroup_name_ = "job-" + id_;
   if (auto s = begin_running(launch); !s) return s;
   LinuxLaunch linux_launch{id_, cgroup_name_, summary_, launch.command, launch.memory_bytes, launch.pids_max,
@@ -110,7 +110,7 @@ Status Job::start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const
   // The deadline runs from now: a child stuck before exec is killed with its cgroup like any job.
   deadline_at_start_ = true;
   arm_deadline();
-  if (auto s = execution.start(cgroups, starter, box); !s) {
+  if (auto s = execution.start(cgroups, starter, box, std::move(pooled)); !s) {
     execution_.reset();
     deadline_.close();
     state_ = State::kQueued;  // never ran: the runner ends it as refused

@@ -29,6 +29,8 @@
 
 namespace motor::runner {
 
+struct PooledSandbox;
+
 class Job;
 class Session;
 class SystemdUnits;
@@ -74,10 +76,11 @@ class Job : private ExecutionSink {
   // Records a job that waits for admission: its history exists from now on, so clients can
   // follow it before it starts.
   Status enqueue(std::string summary);
-  // Creates the cgroup, starts the process in the sandbox `box` (through the job starter) and
-  // watches it. On error nothing is left but the job's history.
+  // Creates the cgroup, starts the process in the sandbox `box` (through the job starter), or in
+  // `pooled`, a sandbox built ahead that becomes `box` (sandbox_pool.hpp), and watches it. On
+  // error nothing is left but the job's history.
   Status start(const JobLaunch& launch, sandbox::CgroupDriver& cgroups, const sandbox::SandboxConfig& box,
-               sandbox::Starter& starter);
+               sandbox::Starter& starter, std::unique_ptr<PooledSandbox> pooled = nullptr);
   // A VM job (platform "windows", issue 8; job_vm.cpp): vm::VmJob drives the VM; its output
   // becomes ordinary output records.
   Status start_vm(const JobLaunch& launch, vm::VmJobSpec spec, sandbox::CgroupDriver& cgroups);

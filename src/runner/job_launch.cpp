@@ -120,7 +120,9 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   if (systemd_units_ && !box.network && !pending.fill && !sandbox::first_idmapped_bind(box)) {
     return start_unit_job(job, launch, box);
   }
-  if (auto s = job.start(launch, *cgroups_, box, job_starter_); !s) {
+  // A sandbox built ahead, if one waits that becomes this job's by its workspace alone.
+  auto pooled = sandbox_pool_ ? sandbox_pool_->take(box, launch.command) : nullptr;
+  if (auto s = job.start(launch, *cgroups_, box, job_starter_, std::move(pooled)); !s) {
     log_error("job {}: could not start: {}", job.id(), s.error().message);
     // Job::start recorded the claim first thing: job_finished frees it, exactly once.
     return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, s.error().message);
@@ -129,6 +131,32 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   if (Job* started = jobs_.find(job_id)) started->mark_start_step(StartSteps::kSpawnAsked);
   if (Job* started = jobs_.find(job_id); started && started->state() == Job::State::kRunning) {
     metrics_.observe_queue_wait(static_cast<double>(started->queue_wait_ms()) / 1000.0);
+  }
+}
+
+void Runner::configure_sandbox_pool() {
+  if (shutting_down_) return;
+  if (systemd_units_ || config_.sandbox_pool_size == 0) {  // a unit builds its own sandbox
+    if (sandbox_pool_) sandbox_pool_->clear();
+    return;
+  }
+  SandboxPool::Settings settings;
+  settings.size = static_cast<size_t>(config_.sandbox_pool_size);
+  // A default job's sandbox with only a mount point for its workspace: a job's is mounted in later.
+  if (auto refusal = job_sandbox_policy(config_, JobIdentity{job_account_, job_group_name_, init_path_}, "", "",
+                                        protocol::RunParams{}, settings.box)) {
+    log_warning("no sandboxes built ahead: {}", refusal->detail);
+    return;
+  }
+  settings.box.workspace_later = true;
+  settings.spec.executable = sandbox::kSandboxInitPath;
+  settings.spec.argv = sandbox::awaiting_init_argv();
+  settings.spec.cwd = kWorkspaceInJob;
+  settings.spec.uid = job_account_.uid;
+  settings.spec.gid = job_account_.gid;
+  if (!sandbox_pool_) sandbox_pool_ = std::make_unique<SandboxPool>(loop_, *cgroups_, job_starter_);
+  if (auto s = sandbox_pool_->configure(std::move(settings)); !s) {
+    log_warning("no sandboxes built ahead: {}", s.error().message);
   }
 }
 

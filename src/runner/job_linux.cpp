@@ -48,7 +48,8 @@ LinuxExecution::~LinuxExecution() = default;
 
 void LinuxExecution::log(const std::string& line) const { log_job(launch_.job_id, "{}", line); }
 
-Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box) {
+Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box,
+                             std::unique_ptr<PooledSandbox> pooled) {
   sandbox::CgroupLimits limits;
   // Test build only (include/motor/test_switches.hpp): a weakened limit is left unset.
   limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch_.memory_bytes;
@@ -63,12 +64,81 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
     return cgroups.create(launch_.cgroup_name, limits);
   }();
   if (!cg) return cg.error();
-  return spawn(std::move(*cg), starter, box);
+  cgroup_ = std::move(*cg);
+  if (pooled) return take_over(starter, std::move(pooled));
+  return spawn(starter, box);
 }
 
-Status LinuxExecution::spawn(std::unique_ptr<sandbox::JobCgroup> cgroup, sandbox::Starter& starter,
-                             const sandbox::SandboxConfig& box) {
-  cgroup_ = std::move(cgroup);
+Status LinuxExecution::take_over(sandbox::Starter& starter, std::unique_ptr<PooledSandbox> pooled) {
+  child_ = std::move(pooled->child);
+  out_read_ = std::move(pooled->out_read);
+  err_read_ = std::move(pooled->err_read);
+  pooled_gate_ = std::move(pooled->gate);
+  command_message_ = std::move(pooled->command_message);
+  late_binds_ = std::move(pooled->binds);
+  late_binds_pending_ = true;
+  sandbox::SandboxedChild::Events events;
+  // A sandbox still being built when the job took it: the rest waits for the starter's answer,
+  // which comes sooner than a build of the job's own would (the starter answers in order).
+  events.start_failed = [this](const Error& e) {
+    on_start_failed("the sandbox built ahead for the job could not be built: " + e.message);
+  };
+  events.spawned = [this, &starter](pid_t) {
+    if (auto s = bind_pooled(starter); !s) {
+      child_.reset();
+      on_start_failed(s.error().message);
+    }
+  };
+  events.exited = [this](sandbox::SandboxedExit e) {
+    if (late_binds_pending_) {
+      exit_before_binds_ = std::move(e);  // seen after the answer, as a spawned child's exit is
+      return;
+    }
+    on_exit(std::move(e));
+  };
+  child_->rebind(std::move(events));
+  if (child_->pid() <= 0) return {};
+  if (auto s = bind_pooled(starter); !s) {
+    child_.reset();   // killed, and reaped on the loop
+    cgroup_.reset();  // what reached it is killed, and it is removed
+    return s;
+  }
+  return {};
+}
+
+Status LinuxExecution::bind_pooled(sandbox::Starter& starter) {
+  // Into the job's cgroup before anything else: from here its limits hold and a kill reaches it.
+  if (auto s = cgroup_->adopt(child_->pid()); !s) return s;
+  std::weak_ptr<char> alive = alive_;
+  starter.mount_late_binds(child_->pidfd(), late_binds_, [this, alive](Status mounted) {
+    if (!alive.expired()) on_late_binds(std::move(mounted));
+  });
+  return {};
+}
+
+void LinuxExecution::on_late_binds(Status mounted) {
+  late_binds_pending_ = false;
+  auto exit = std::move(exit_before_binds_);
+  exit_before_binds_.reset();
+  if (!mounted && !exit && !kill_issued_) {
+    child_.reset();  // killed (it is in the job's cgroup, which goes too), and reaped on the loop
+    pooled_gate_.reset();
+    return on_start_failed("mounting the workspace into the sandbox built for the job: " + mounted.error().message);
+  }
+  // A sandbox taken while it was being built has its build's steps; `cloned`: ready for the command.
+  sandbox::SpawnTimes times = child_->spawn_times();
+  times.cloned_ns = sandbox::monotonic_ns();
+  sink_.execution_spawn_steps(times);
+  // A kill that came first has shut the gate: the command never runs, and its end is reported as any.
+  if (mounted && !kill_issued_) gate_ = std::move(pooled_gate_);
+  pooled_gate_.reset();
+  on_spawned(child_->pid());
+  if (!exit) on_execd();  // motor-init waits at its gate: the job has started
+  if (gate_ && may_run_) command_may_run();
+  if (exit) on_exit(std::move(*exit));
+}
+
+Status LinuxExecution::spawn(sandbox::Starter& starter, const sandbox::SandboxConfig& box) {
   // From here on a failure removes the cgroup again (its destructor).
   auto fail = [&](Error e) -> Status {
     cgroup_.reset();
@@ -111,9 +181,14 @@ void LinuxExecution::command_may_run() {
   may_run_ = true;
   if (!gate_) return;  // the spawn opens it
   // One byte into an empty pipe: never blocks. Then EOF, so motor-init never waits on it again.
+  // A sandbox built ahead gets the whole command, which its pool made sure fits the empty pipe.
   static const char kGo = 'g';
-  if (::write(gate_.get(), &kGo, 1) != 1) log("could not open the gate of motor-init: " + sys_error("write").message);
+  const std::string_view message = command_message_.empty() ? std::string_view(&kGo, 1) : command_message_;
+  if (::write(gate_.get(), message.data(), message.size()) != static_cast<ssize_t>(message.size())) {
+    log("could not open the gate of motor-init: " + sys_error("write").message);
+  }
   gate_.reset();
+  command_message_.clear();
 }
 
 void LinuxExecution::on_start_failed(const std::string& why) {
@@ -227,6 +302,7 @@ void LinuxExecution::on_oom_event(bool woken) {
 void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
   // A command still at its gate never runs: motor-init sees EOF there and exits.
   if (!may_run_) gate_.reset();
+  pooled_gate_.reset();
   if (ended_ || !cgroup_) return;
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;

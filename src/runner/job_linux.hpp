@@ -17,6 +17,7 @@
 #include "runner/cpu_claims.hpp"
 #include "runner/job_execution.hpp"
 #include "runner/job_output.hpp"
+#include "runner/sandbox_pool.hpp"
 #include "sandbox/accounts.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/sandboxed_child.hpp"
@@ -38,9 +39,12 @@ class LinuxExecution : public Execution {
   LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink);
   ~LinuxExecution() override;
 
-  // Creates the cgroup (on the loop) and then asks the starter to spawn `box`. An error
-  // returned here or reported later (ExecutionSink::execution_start_failed) leaves nothing.
-  Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
+  // Creates the cgroup (on the loop) and then asks the starter to spawn `box`, or, given a sandbox
+  // built ahead for it (sandbox_pool.hpp), moves that into the cgroup and asks the starter for its
+  // late binds. An error returned here or reported later (ExecutionSink::execution_start_failed)
+  // leaves nothing.
+  Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box,
+               std::unique_ptr<PooledSandbox> pooled = nullptr);
 
   void kill(std::optional<protocol::KillReason> why) override;
   void shutdown() override;
@@ -49,7 +53,12 @@ class LinuxExecution : public Execution {
 
  private:
   // With its cgroup made: the job's pipes, and the starter asked to spawn it.
-  Status spawn(std::unique_ptr<sandbox::JobCgroup> cgroup, sandbox::Starter& starter, const sandbox::SandboxConfig& box);
+  Status spawn(sandbox::Starter& starter, const sandbox::SandboxConfig& box);
+  // With its cgroup made: the sandbox built ahead moved into it, its late binds asked for.
+  Status take_over(sandbox::Starter& starter, std::unique_ptr<PooledSandbox> pooled);
+  // Once the sandbox built ahead has its pid: moved into the job's cgroup, its late binds asked for.
+  Status bind_pooled(sandbox::Starter& starter);
+  void on_late_binds(Status mounted);
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes
   void on_start_failed(const std::string& why);   // the job ends as refused
@@ -75,6 +84,13 @@ class LinuxExecution : public Execution {
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   // The write end of motor-init's gate (its fd 0): "g" when the job is on record, then closed.
   UniqueFd gate_;
+  // A sandbox built ahead: the gate until its late binds are in, and the command message it
+  // gets instead of "g"; its exit, if it came before the late binds' answer (handled after it).
+  UniqueFd pooled_gate_;
+  std::string command_message_;
+  std::vector<sandbox::LateBind> late_binds_;
+  bool late_binds_pending_ = false;
+  std::optional<sandbox::SandboxedExit> exit_before_binds_;
   bool may_run_ = false;
   pid_t pid_ = -1;
   bool started_confirmed_ = false;

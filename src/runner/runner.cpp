@@ -70,6 +70,10 @@ Runner::Runner(uv_loop_t* loop, config::Config config)
 }
 
 Runner::~Runner() {
+  if (sandbox_pool_) sandbox_pool_->clear();  // its motor-inits are killed; its cgroup goes to the reaper
+  // A sandbox the starter may still be building into the pool's cgroup: no more of those, so the
+  // reaper below can empty and remove it.
+  job_starter_.stop();
   // A clean shutdown: every job has ended and its cgroup is gone; the parent goes too (after a
   // kill -9 it stays, and the next start cleans what is under it).
   cgroup_reaper_.reap_all_now();
@@ -172,6 +176,7 @@ Status Runner::start_rest() {
   if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
     log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
+  configure_sandbox_pool();
   // After the state writer's fork: libvirt's connection is the runner's alone.
   vm_host_ = VmHost::create(loop_, config_, init_path_, systemd_units_.get());
   awaiting_recovery_ = true;
@@ -305,6 +310,9 @@ void Runner::job_finished(Job& job) {
   admission_.schedule();
   update_status();
   answer_drain_waiters();
+  // The next sandbox is built as a job ends, not as one starts: on two cores a build beside the
+  // command that had just taken a sandbox slowed it by more than the build saved (bench/README.md).
+  if (sandbox_pool_) sandbox_pool_->refill();
   if (shutting_down_) maybe_exit();
 }
 
@@ -387,6 +395,7 @@ void Runner::write_metrics() {
 void Runner::begin_shutdown(int signum) {
   if (shutting_down_) return;
   shutting_down_ = true;
+  if (sandbox_pool_) sandbox_pool_->clear();
   log_info("signal {}: shutting down ({} jobs running, policy: {})", signum, jobs_.running(),
            config_.shutdown == config::ShutdownPolicy::kKill ? "kill" : "finish");
   notifier_.stopping();

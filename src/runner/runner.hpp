@@ -27,6 +27,7 @@
 #include "runner/metrics.hpp"
 #include "runner/cpu_claims.hpp"
 #include "runner/job.hpp"
+#include "runner/sandbox_pool.hpp"
 #include "runner/systemd_units.hpp"
 #include "sandbox/job_starter.hpp"
 #include "runner/job_log_stock.hpp"
@@ -307,6 +308,9 @@ class Runner : public JobHost, private AdmissionHost {
   std::vector<StateWriter::Waiter> after_save_;
   StateWriter state_writer_;
   sandbox::JobStarter job_starter_;
+  // Sandboxes built ahead of jobs (sandbox_pool.hpp); after job_starter_, so it goes first.
+  std::unique_ptr<SandboxPool> sandbox_pool_;
+  void configure_sandbox_pool();
   std::unique_ptr<workspace::Workspaces> workspaces_;
   std::unique_ptr<VmHost> vm_host_;  // windows jobs (issue 8); created at start
   std::map<SessionId, Session*> sessions_;  // open sessions, by id (session.hpp: SessionId)

@@ -223,6 +223,8 @@ void Runner::handle_runner_status(Session& session, const protocol::Request& r) 
   w.field("jobs_known", static_cast<uint64_t>(jobs_.size())).field("sessions", static_cast<uint64_t>(sessions_.size()));
   w.field("loop_worst_stall_us", stall_.worst_us()).field("loop_worst_cpu_us", stall_.worst_cpu_us());
   w.field("client_buffered_bytes", buffered_bytes_).field("client_buffered_peak_bytes", buffered_peak_bytes_);
+  w.field("sandboxes_ready", static_cast<uint64_t>(sandbox_pool_ ? sandbox_pool_->ready() : 0))
+      .field("jobs_started_in_sandboxes_ready", sandbox_pool_ ? sandbox_pool_->taken() : uint64_t{0});
   if (*with_metrics) {
     metrics_.set_loop_worst_stall_seconds(static_cast<double>(stall_.worst_us()) / 1e6);
     w.field("metrics", metrics_.exposition());

@@ -26,7 +26,10 @@ void Runner::reload() {
     log_info("SIGHUP: config reloaded, no key changed");
     return;
   }
-  if (!outcome.applied.empty()) log_info("SIGHUP: config reloaded; now in effect: {}", fmt::join(outcome.applied, ", "));
+  if (!outcome.applied.empty()) {
+    log_info("SIGHUP: config reloaded; now in effect: {}", fmt::join(outcome.applied, ", "));
+    configure_sandbox_pool();  // sandboxes built ahead are built from the keys now in effect
+  }
   if (!outcome.kept.empty()) {
     log_warning("SIGHUP: changed but kept until a restart (they cannot change while running): {}",
                 fmt::join(outcome.kept, ", "));

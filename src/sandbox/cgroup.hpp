@@ -38,6 +38,10 @@ class JobCgroup {
   // Fds the child writes "0" into before exec (v1 cgroup.procs of each controller hierarchy).
   // Opened by the parent so the child does only write(2).
   virtual const std::vector<int>& child_attach_fds() const = 0;
+  // Moves the running process `pid` into this cgroup in every hierarchy used, through the fds the
+  // two above give (a sandbox built ahead of its job waits in the pool's cgroup until then).
+  // Memory it was charged for stays with the cgroup it leaves.
+  Status adopt(pid_t pid);
 
   // A path whose modification signals a change of "populated" (cgroup.events on v2; empty on
   // pure v1, where the caller polls populated()).

@@ -25,6 +25,7 @@ struct JobNetworkPlan {
   Ipv4 gateway = 0;               // the egress end: the job's route out and its resolver
   int prefix = 30;
   std::vector<uint8_t> newlink;   // the RTM_NEWLINK request creating the pair
+  bool operator==(const JobNetworkPlan&) const = default;
 };
 
 // `slot` >= 1 picks the job's /30 within `subnet` (slot 0 is the uplink link).

@@ -34,6 +34,10 @@ constexpr int kExecWaitMs = 5000;
 // A request the helper does not take within this time fails (the helper is stuck).
 constexpr time_t kSendTimeoutS = 2;
 
+// A request's word: what the helper is asked to do.
+constexpr uint32_t kSpawnRequest = 0;       // body: the sandbox and the spec; fds: see helper_main
+constexpr uint32_t kLateBindsRequest = 1;   // body: late_binds.hpp's binds; fds: the sandbox's pidfd
+
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
 std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, size_t attach_fds,
@@ -58,6 +62,30 @@ bool decode_request(const std::string& body, Request& q) {
   if (!decode_sandbox_config(r, q.box) || !decode_spawn_spec(r, q.spec)) return false;
   q.attach_fds = r.num();
   q.clone_into = r.num() != 0;
+  return r.ok() && r.at_end();
+}
+
+std::string encode_late_binds(const std::vector<LateBind>& binds) {
+  WireWriter w;
+  w.num(binds.size());
+  for (const LateBind& b : binds) {
+    w.str(b.source);
+    w.str(b.target);
+    w.num(b.attr_set);
+  }
+  return std::move(w.bytes());
+}
+
+bool decode_late_binds(const std::string& body, std::vector<LateBind>& binds) {
+  WireReader r(body);
+  const uint64_t count = r.num();
+  if (!r.ok() || count > kMaxFds) return false;
+  binds.resize(count);
+  for (LateBind& b : binds) {
+    b.source = r.str();
+    b.target = r.str();
+    b.attr_set = r.num();
+  }
   return r.ok() && r.at_end();
 }
 
@@ -170,9 +198,26 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     std::vector<UniqueFd> fds;
     if (!receive_message(sock, word, body, fds)) _exit(0);
     const uint64_t received_ns = monotonic_ns();
+    if (word == kLateBindsRequest) {
+      std::vector<LateBind> binds;
+      if (!decode_late_binds(body, binds) || fds.size() != 1) {
+        reply_error(sock, "job starter: malformed request");
+        continue;
+      }
+      const char* stage = "";
+      bool stranded = false;
+      const int err = mount_late_binds(fds[0].get(), binds, stage, stranded);
+      if (stranded) _exit(2);  // in a job's mount namespace: the runner spawns in process
+      if (err != 0) {
+        reply_error(sock, std::string(stage) + ": " + std::strerror(err));
+      } else {
+        (void)send_message(sock, kReplyOk, {}, {});
+      }
+      continue;
+    }
     Request q;
     // The fds: stdin, stdout, stderr, the cgroup's attach fds, its clone-into fd, the egress namespace.
-    if (!decode_request(body, q) || q.attach_fds > kMaxFds ||
+    if (word != kSpawnRequest || !decode_request(body, q) || q.attach_fds > kMaxFds ||
         fds.size() != 3 + q.attach_fds + (q.clone_into ? 1 : 0) + (q.box.network ? 1 : 0)) {
       reply_error(sock, "job starter: malformed request");
       continue;
@@ -245,10 +290,36 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
   return {};
 }
 
+namespace {
+
+// "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns), the pidfd and
+// the setup-status pipe.
+Expected<SpawnedProcess> spawn_answer(uint32_t word, const std::string& body, std::vector<UniqueFd>& got) {
+  if (word != kReplyOk) return make_error("io", body);
+  SpawnedProcess out;
+  char* at = nullptr;
+  out.pid = static_cast<pid_t>(std::strtol(body.c_str(), &at, 10));
+  SpawnTimes& t = out.times;
+  for (uint64_t* field : {&t.received_ns, &t.planned_ns, &t.cloned_ns, &t.child.started, &t.child.mounted,
+                          &t.child.confined, &t.child.ready})
+    *field = std::strtoull(at, &at, 10);
+  if (got.size() != 2 || out.pid <= 0) return make_error("io", "the job starter answered without a pid and pidfd");
+  out.pidfd = std::move(got[0]);
+  out.setup_status = std::move(got[1]);
+  return out;
+}
+
+}  // namespace
+
 void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) {
   if (running()) {
     if (auto sent = send_request(box, spec); sent) {
-      waiting_.push_back(std::move(done));
+      waiting_.push_back([this, done = std::move(done)](uint32_t word, std::string body, std::vector<UniqueFd> fds) {
+        auto spawned = spawn_answer(word, body, fds);
+        const bool garbled = word == kReplyOk && !spawned;
+        done(std::move(spawned));
+        if (garbled) fail_all("the job starter answered without a pid and pidfd");
+      });
       return;
     } else {
       log_error("the job starter failed ({}); jobs are now started by the runner itself", sent.error().message);
@@ -256,6 +327,18 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
   }
   SandboxedSpawn job;
   done(job.run(box, spec));
+}
+
+void JobStarter::mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done) {
+  if (!running()) return done(make_error("io", "the job starter is not running"));
+  if (!send_message(sock_.get(), kLateBindsRequest, encode_late_binds(binds), {pidfd})) {
+    const std::string why = std::strerror(errno);
+    fail_all("the job starter is gone: " + why);
+    return done(make_error("io", "the job starter is gone: " + why));
+  }
+  waiting_.push_back([done = std::move(done)](uint32_t word, std::string body, std::vector<UniqueFd>) {
+    done(word == kReplyOk ? Status{} : Status(make_error("io", body)));
+  });
 }
 
 Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec) {
@@ -267,7 +350,7 @@ Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec)
   if (clone_into) fds.push_back(spec.cgroup->clone_into_fd());
   if (box.network) fds.push_back(box.network->egress_netns_fd);  // the helper does not hold it
   if (fds.size() > kMaxFds) return make_error("internal", "too many fds for the job starter");
-  if (!send_message(sock_.get(), 0, encode_request(box, spec, attach.size(), clone_into), fds)) {
+  if (!send_message(sock_.get(), kSpawnRequest, encode_request(box, spec, attach.size(), clone_into), fds)) {
     const std::string why = std::strerror(errno);
     fail_all("the job starter is gone: " + why);
     return make_error("io", "the job starter is gone: " + why);
@@ -285,24 +368,9 @@ void JobStarter::on_reply() {
     return fail_all("the job starter closed its socket");
   }
   if (waiting_.empty()) return fail_all("the job starter answered a request it was not sent");
-  Done done = std::move(waiting_.front());
+  Answer answer = std::move(waiting_.front());
   waiting_.pop_front();
-  if (word != kReplyOk) return done(make_error("io", body));
-  // "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns)
-  SpawnedProcess out;
-  char* at = nullptr;
-  out.pid = static_cast<pid_t>(std::strtol(body.c_str(), &at, 10));
-  SpawnTimes& t = out.times;
-  for (uint64_t* field : {&t.received_ns, &t.planned_ns, &t.cloned_ns, &t.child.started, &t.child.mounted,
-                          &t.child.confined, &t.child.ready})
-    *field = std::strtoull(at, &at, 10);
-  if (got.size() != 2 || out.pid <= 0) {
-    done(make_error("io", "the job starter answered without a pid and pidfd"));
-    return fail_all("the job starter answered without a pid and pidfd");
-  }
-  out.pidfd = std::move(got[0]);
-  out.setup_status = std::move(got[1]);
-  done(std::move(out));
+  answer(word, std::move(body), std::move(got));
 }
 
 void JobStarter::fail_all(const std::string& why) {
@@ -310,7 +378,7 @@ void JobStarter::fail_all(const std::string& why) {
   auto waiting = std::move(waiting_);
   waiting_.clear();
   stop();
-  for (auto& done : waiting) done(make_error("io", why));
+  for (auto& answer : waiting) answer(kReplyError, why, {});
 }
 
 void JobStarter::stop() {

@@ -21,6 +21,8 @@
 
 #include <cstddef>
 #include <deque>
+#include <string>
+#include <vector>
 
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
@@ -46,18 +48,23 @@ class JobStarter final : public Starter {
   // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
   // Without the helper, in process and at once. Errors name the failed step.
   void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) override;
+  // The helper setns()es into the sandbox's mount namespace and back (late_binds.hpp). Without
+  // the helper it fails at once.
+  void mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done) override;
 
   // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
   void stop();
 
  private:
+  // One answer: its word (ok or error), body and fds; an error of our own has word kReplyError.
+  using Answer = std::function<void(uint32_t word, std::string body, std::vector<UniqueFd> fds)>;
   Status send_request(const SandboxConfig& box, const SpawnSpec& spec);
   void on_reply();
   void fail_all(const std::string& why);
   pid_t pid_ = -1;
   UniqueFd sock_;
   reactor::UvHandle<uv_poll_t> poll_;
-  std::deque<Done> waiting_;  // answers come in request order
+  std::deque<Answer> waiting_;  // answers come in request order
 };
 
 }  // namespace motor::sandbox

@@ -129,6 +129,8 @@ int place(const MountOp& op, int dir, int& fd) {
     }
     case MountOpKind::kSymlink:
       return symlinkat(op.source.c_str(), dir, name) == 0 ? 0 : errno;
+    case MountOpKind::kDirectory:
+      return mkdirat(dir, name, op.mode) == 0 ? 0 : errno;
     case MountOpKind::kCharDevice:
       if (mknodat(dir, name, S_IFCHR | op.mode, op.device) != 0) return errno;
       return fchmodat(dir, name, op.mode, 0) == 0 ? 0 : errno;
@@ -176,74 +178,67 @@ Status check_no_symlink_parents(const std::string& path, const std::string& what
   return {};
 }
 
-static void set_target(MountOp& op, const std::string& target) {
+// An op of `kind` at `target` (its parents and last component split out), named `stage`.
+static MountOp op_at(MountOpKind kind, const std::string& target, std::string stage) {
+  MountOp op;
+  op.kind = kind;
   op.target = target;
   op.parents = path_components(target);
   op.name = op.parents.back();
   op.parents.pop_back();
+  op.stage = std::move(stage);
+  return op;
 }
 
 MountOp bind_op(const std::string& source, const std::string& target, bool is_dir, uint64_t attr_set,
                 const std::string& stage) {
-  MountOp op;
-  op.kind = MountOpKind::kBind;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kBind, target, stage);
   op.source = source;
   op.source_is_dir = is_dir;
   op.attr_set = attr_set;
-  op.stage = stage;
   return op;
 }
 
 MountOp filesystem_op(const std::string& fstype, const std::string& target,
                       std::vector<std::pair<std::string, std::string>> options, uint64_t attr_set,
                       bool read_only_after) {
-  MountOp op;
-  op.kind = MountOpKind::kFilesystem;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kFilesystem, target, "mount " + fstype + " at " + target);
   op.source = fstype;
   op.fs_options = std::move(options);
   op.attr_set = attr_set;
   op.read_only_after = read_only_after;
-  op.stage = "mount " + fstype + " at " + target;
   return op;
 }
 
 MountOp file_op(const std::string& target, std::string content, mode_t mode) {
-  MountOp op;
-  op.kind = MountOpKind::kFile;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kFile, target, "write " + target);
   op.content = std::move(content);
   op.mode = mode;
-  op.stage = "write " + target;
   return op;
 }
 
 MountOp symlink_op(const std::string& target, const std::string& text) {
-  MountOp op;
-  op.kind = MountOpKind::kSymlink;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kSymlink, target, "symlink " + target + " -> " + text);
   op.source = text;
-  op.stage = "symlink " + target + " -> " + text;
+  return op;
+}
+
+MountOp directory_op(const std::string& target, mode_t mode) {
+  MountOp op = op_at(MountOpKind::kDirectory, target, "mkdir " + target);
+  op.mode = mode;
   return op;
 }
 
 MountOp mask_op(const std::string& target, const std::string& empty_file) {
-  MountOp op;
-  op.kind = MountOpKind::kMask;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kMask, target, "mask " + target);
   op.source = empty_file;
-  op.stage = "mask " + target;
   return op;
 }
 
 MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode) {
-  MountOp op;
-  op.kind = MountOpKind::kCharDevice;
-  set_target(op, target);
+  MountOp op = op_at(MountOpKind::kCharDevice, target, "mknod " + target);
   op.device = makedev(major, minor);
   op.mode = mode;
-  op.stage = "mknod " + target;
   return op;
 }
 

@@ -23,6 +23,7 @@ enum class MountOpKind {
   kFilesystem,  // a fresh filesystem of type `source` (tmpfs, proc, devpts) at target
   kFile,        // a regular file with `content` and `mode`
   kSymlink,     // a symlink with text `source`
+  kDirectory,   // an empty directory with `mode` (a mount point for later: late_binds.hpp)
   kCharDevice,  // mknod S_IFCHR `device` with `mode`
   kMask,        // an existing file below another filesystem (procfs) covered by a read-only bind of
                 // the empty file `source` (a path inside the sandbox, placed by an earlier op)
@@ -68,6 +69,7 @@ MountOp filesystem_op(const std::string& fstype, const std::string& target,
                       bool read_only_after);
 MountOp file_op(const std::string& target, std::string content, mode_t mode);
 MountOp symlink_op(const std::string& target, const std::string& text);
+MountOp directory_op(const std::string& target, mode_t mode);
 MountOp mask_op(const std::string& target, const std::string& empty_file);
 MountOp char_device_op(const std::string& target, unsigned major, unsigned minor, mode_t mode);
 // The host's character device at the same path, bound read-only (its mode and owner stay the

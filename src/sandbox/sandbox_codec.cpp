@@ -165,6 +165,7 @@ void encode_sandbox_config(WireWriter& w, const SandboxConfig& box) {
   }
   w.num(box.mask_special_git_files ? 1 : 0);
   w.num(box.own_user_namespace ? 1 : 0);
+  w.num(box.workspace_later ? 1 : 0);
 }
 
 bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
@@ -192,6 +193,7 @@ bool decode_sandbox_config(WireReader& r, SandboxConfig& box) {
   }
   box.mask_special_git_files = r.num() != 0;
   box.own_user_namespace = r.num() != 0;
+  box.workspace_later = r.num() != 0;
   return r.ok();
 }
 

@@ -70,6 +70,12 @@ struct SandboxConfig {
   // own (user_namespace.hpp): a systemd backend job's motor-unit-entry, in a unit with an empty
   // CapabilityBoundingSet (runner/job_systemd.cpp sets it).
   bool own_user_namespace = false;
+  // The workspace is mounted in later (late_binds.hpp): the plan makes only its mount point,
+  // `workspace.target` (a sandbox built ahead of its job; `workspace.source` is then empty).
+  bool workspace_later = false;
+  // Every field: a sandbox built ahead serves a job only if the two are equal but for the binds
+  // late_binds.hpp puts in later (new fields take part without a change there).
+  bool operator==(const SandboxConfig&) const = default;
 };
 
 // The first bind shown through an id mapping (a shared cache owned by another account), or null.

@@ -169,7 +169,8 @@ Status check_config(const SandboxConfig& config) {
   if (config.tmp_size_bytes == 0 || config.shm_size_bytes == 0)
     return make_error("config", "tmp_size_bytes and shm_size_bytes must be set");
   if (auto st = check_init(config.init_path); !st) return st.error();
-  if (config.workspace.source.empty()) return make_error("config", "the sandbox needs a workspace");
+  if (config.workspace_later ? config.workspace.target.empty() : config.workspace.source.empty())
+    return make_error("config", "the sandbox needs a workspace (or, to mount it in later, its target)");
   return {};
 }
 
@@ -223,11 +224,18 @@ Status add_tmp(MountPlan& mounts, const SandboxConfig& config) {
   auto is_dir = host_source(config.tmp_source, "tmp source");
   if (!is_dir) return is_dir.error();
   if (!*is_dir) return make_error("config", "tmp source " + config.tmp_source + " is not a directory");
-  mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, kWritable, "bind the host tmp directory"));
+  mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, host_tmp_bind_attrs(), "bind the host tmp directory"));
   return {};
 }
 
 }  // namespace
+
+uint64_t workspace_bind_attrs() {
+  // Test build only: "nosuid" leaves the workspace able to hold a working setuid binary.
+  return control_weakened("nosuid") ? kWritable & ~uint64_t{MOUNT_ATTR_NOSUID} : kWritable;
+}
+
+uint64_t host_tmp_bind_attrs() { return kWritable; }
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   if (auto st = check_config(config); !st) return st.error();
@@ -255,9 +263,12 @@ Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config) {
   for (const ToolchainPath& entry : config.toolchain) {
     if (auto st = add_toolchain(mounts, entry); !st) return st.error();
   }
-  // Test build only: "nosuid" leaves the workspace able to hold a working setuid binary.
-  const uint64_t workspace_attrs = control_weakened("nosuid") ? kWritable & ~uint64_t{MOUNT_ATTR_NOSUID} : kWritable;
-  if (auto st = add_bind(mounts, config.workspace, workspace_attrs, "workspace"); !st) return st.error();
+  if (config.workspace_later) {
+    if (auto st = check_bind_target(config.workspace.target, "workspace"); !st) return st.error();
+    mounts.ops.push_back(directory_op(config.workspace.target, 0755));
+  } else if (auto st = add_bind(mounts, config.workspace, workspace_bind_attrs(), "workspace"); !st) {
+    return st.error();
+  }
   for (const BindMount& bind : config.writable) {
     if (auto st = add_bind(mounts, bind, kWritable, "writable path"); !st) return st.error();
   }
@@ -345,6 +356,31 @@ std::vector<std::string> init_argv(const std::vector<std::string>& command) {
   if (control_weakened("init-nondumpable")) argv.insert(argv.begin() + 1, "--test-keep-dumpable");
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
+}
+
+std::vector<std::string> awaiting_init_argv() {
+  std::vector<std::string> argv = init_argv({});
+  argv.back() = "--await-command";  // in place of "--": no command yet
+  return argv;
+}
+
+std::string init_command_message(const std::vector<std::string>& init_argv, const std::vector<std::string>& env,
+                                 const std::string& cwd) {
+  std::string body = std::to_string(init_argv.empty() ? 0 : init_argv.size() - 1);
+  body += '\0';
+  body += std::to_string(env.size());
+  body += '\0';
+  auto field = [&body](const std::string& s) {
+    body += s;
+    body += '\0';
+  };
+  field(cwd);
+  for (size_t i = 1; i < init_argv.size(); ++i) field(init_argv[i]);
+  for (const auto& e : env) field(e);
+  const auto size = static_cast<uint32_t>(body.size());
+  std::string message(1, 'c');
+  message.append(reinterpret_cast<const char*>(&size), sizeof size);
+  return message + body;
 }
 
 }  // namespace motor::sandbox

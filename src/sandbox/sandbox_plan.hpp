@@ -53,6 +53,10 @@ struct SandboxPlan {
 
 Expected<SandboxPlan> plan_sandbox(const SandboxConfig& config);
 
+// MOUNT_ATTR_* of the workspace's bind and of a host /tmp's (late_binds.hpp binds them alike).
+uint64_t workspace_bind_attrs();
+uint64_t host_tmp_bind_attrs();
+
 // Hooks that build the plan in the child: before_credentials (as root) verifies the namespaces
 // are new, builds the root and pivots, sets the hostname, brings lo up, locks securebits and
 // empties the bounding set; after_credentials (as the job account) marks inherited fds
@@ -61,5 +65,14 @@ ChildHooks make_child_hooks(const SandboxPlan& plan);
 
 // {"motor-init", "--", command...}: the argv for spec.executable = kSandboxInitPath.
 std::vector<std::string> init_argv(const std::vector<std::string>& command);
+
+// motor-init waiting for its command (--await-command): a sandbox built ahead of its job.
+std::vector<std::string> awaiting_init_argv();
+// What such a motor-init reads on its fd 0 (the format: src/sandbox/init/motor_init.cpp): the
+// arguments it would have been started with (`init_argv`, argv[0] included, which is not sent),
+// the command's environment and working directory. A string may hold no NUL (an env or argv
+// string cannot).
+std::string init_command_message(const std::vector<std::string>& init_argv, const std::vector<std::string>& env,
+                                 const std::string& cwd);
 
 }  // namespace motor::sandbox

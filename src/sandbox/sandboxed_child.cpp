@@ -44,6 +44,8 @@ void SandboxedChild::on_spawned(Expected<SpawnedProcess> spawned) {
   spawn_times_ = spawned->times;
   setup_status_ = std::move(spawned->setup_status);
   fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
+  // Kept for late binds (a sandbox built ahead); the watch below owns the one it reaps with.
+  pidfd_ = UniqueFd(fcntl(spawned->pidfd.get(), F_DUPFD_CLOEXEC, 0));
   auto child = reactor::ChildProcess::adopt(loop_, pid_, std::move(spawned->pidfd), std::move(watch_.stdout_read),
                                             std::move(watch_.stderr_read), watch_.timeout_ms, watch_.max_stdout_bytes,
                                             [this](reactor::ChildExit e) { on_exit(std::move(e)); });
@@ -75,6 +77,8 @@ void SandboxedChild::on_spawned(Expected<SpawnedProcess> spawned) {
 
 void SandboxedChild::check_setup() { read_setup_status(); }
 
+void SandboxedChild::rebind(Events events) { events_ = std::move(events); }
+
 void SandboxedChild::read_setup_status() {
   if (setup_known_ || !setup_status_) return;
   char buf[512];
@@ -96,6 +100,7 @@ void SandboxedChild::read_setup_status() {
 }
 
 void SandboxedChild::on_exit(reactor::ChildExit exit) {
+  pidfd_.reset();  // nothing can be mounted into a sandbox that is gone; a finished job holds no fd
   read_setup_status();
   SandboxedExit out;
   out.wait_status = exit.exit_code >= 0 ? W_EXITCODE(exit.exit_code, 0) : exit.term_signal;

@@ -80,6 +80,12 @@ class SandboxedChild {
   // Output arrived on the caller's own pipes: the child must have exec'd; reads the setup status now.
   void check_setup();
   pid_t pid() const { return pid_; }
+  // The child's pidfd once the starter answered (-1 before, or if it could not be copied).
+  int pidfd() const { return pidfd_.get(); }
+  // From now on the events go to `events` (a sandbox built ahead, handed to its job).
+  void rebind(Events events);
+  // The command ran as far as the sandbox knows: exec'd, or exited after it.
+  bool execd() const { return execd_; }
   // When the starter read the request, planned and cloned (for the start steps; 0: unknown).
   const SpawnTimes& spawn_times() const { return spawn_times_; }
   bool running() const { return child_ && !child_->finished(); }
@@ -97,6 +103,7 @@ class SandboxedChild {
   pid_t pid_ = -1;
   SpawnTimes spawn_times_;
   UniqueFd setup_status_;
+  UniqueFd pidfd_;
   reactor::UvHandle<uv_poll_t> setup_poll_;
   std::unique_ptr<reactor::ChildProcess> child_;
   bool setup_known_ = false, execd_ = false, kill_wanted_ = false;

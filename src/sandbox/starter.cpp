@@ -21,6 +21,10 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   return spawned;
 }
 
+void Starter::mount_late_binds(int, const std::vector<LateBind>&, std::function<void(Status)> done) {
+  done(make_error("internal", "only the job starter's helper process can mount into a waiting sandbox"));
+}
+
 void InProcessStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) {
   SandboxedSpawn job;
   done(job.run(box, spec));

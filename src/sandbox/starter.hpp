@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "motor/expected.hpp"
+#include "sandbox/late_binds.hpp"
 #include "sandbox/sandbox_plan.hpp"
 #include "sandbox/spawn.hpp"
 
@@ -21,6 +22,10 @@ class Starter {
   // uid and gid are the box's). The fds in `spec` may be closed once this returns. `done` runs
   // once: on the loop when a helper answers, or before this returns. Errors name the failed step.
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
+  // Attaches `binds` (late_binds.hpp) inside the sandbox of the process `pidfd` names: one built
+  // ahead, whose motor-init waits for its command. `done` runs once, on the loop or before this
+  // returns. Only a single-threaded helper can (setns): the base class fails at once.
+  virtual void mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done);
 };
 
 // Plans, builds the hooks and spawns in this process. Plan and hooks live as long as this

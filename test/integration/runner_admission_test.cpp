@@ -31,12 +31,6 @@ std::string field_of(const std::vector<std::string>& frames, const std::string& 
   return "<none>";
 }
 
-std::string runner_status(const RunnerProcess& r) {
-  RawClient c(r.socket());
-  c.send_frame(R"({"id":1,"method":"runner.status","params":{}})");
-  return c.read_frame().value_or("");
-}
-
 class RunnerAdmission : public ::testing::Test {
  protected:
   void SetUp() override { MOTOR_REQUIRE(geteuid() == 0, "integration tests start a real runner and need root"); }

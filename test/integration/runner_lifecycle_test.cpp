@@ -122,7 +122,11 @@ TEST(RunnerLifecycle, CleanStopRemovesTheCgroupParent) {
   }
   ASSERT_FALSE(parents.empty()) << "the runner made no cgroup parent";
   EXPECT_EQ(runner.stop(), 0);
-  for (const auto& dir : parents) EXPECT_NE(access(dir.c_str(), F_OK), 0) << dir << " was left behind";
+  for (const auto& dir : parents) {
+    std::string held;
+    for (const auto& child : glob_paths(dir + "/*/")) held += " " + child;
+    EXPECT_NE(access(dir.c_str(), F_OK), 0) << dir << " was left behind, holding:" << held;
+  }
 }
 
 }  // namespace

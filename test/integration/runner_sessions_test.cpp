@@ -77,13 +77,6 @@ int64_t rss_bytes(pid_t pid) {
   return -1;
 }
 
-// runner.status over a fresh connection.
-std::string runner_status(const RunnerProcess& r, bool reset_stall = false) {
-  RawClient c(r.socket());
-  c.send_frame(fmt::format(R"({{"id":1,"method":"runner.status","params":{{"reset_stall":{}}}}})", reset_stall));
-  return c.read_frame().value_or("");
-}
-
 // A job that has written 4 MiB of output and then sleeps (20 s); its id, or "" if it did not.
 std::string job_with_4mib_written(const RunnerProcess& runner, RawClient& owner) {
   const std::string written = runner.workspace("default") + "/written";

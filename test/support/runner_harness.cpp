@@ -493,6 +493,12 @@ bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
   }
 }
 
+std::string runner_status(const RunnerProcess& r, bool reset_stall) {
+  RawClient c(r.socket());
+  c.send_frame(fmt::format(R"({{"id":1,"method":"runner.status","params":{{"reset_stall":{}}}}})", reset_stall));
+  return c.read_frame().value_or("");
+}
+
 std::string call_method(RawClient& c, int64_t id, const std::string& method, const std::string& params) {
   if (!c.send_frame(fmt::format(R"({{"id":{},"method":"{}","params":{}}})", id, method, params))) return "<not sent>";
   for (;;) {

@@ -141,6 +141,8 @@ std::vector<std::string> read_until_terminal(RawClient& c,
 // Sends {"id":id,"method":method,"params":params} and returns the reply to that id (a result or
 // an error; stream records of other requests are skipped), or "<no reply>".
 std::string call_method(RawClient& c, int64_t id, const std::string& method, const std::string& params);
+// runner.status over a fresh connection (its whole reply frame, or "").
+std::string runner_status(const RunnerProcess& r, bool reset_stall = false);
 
 // `text` as a JSON string literal, quotes included.
 std::string json_quote(const std::string& text);

@@ -27,10 +27,10 @@ auto carried(const std::optional<JobNetworkPlan>& n) {
 auto fields(const SandboxConfig& box) {
   const auto& [toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname, uid, gid,
                user_name, group_name, init_path, network, deny_sockets, symlinks, mask_special_git_files,
-               own_user_namespace] = box;
+               own_user_namespace, workspace_later] = box;
   return std::make_tuple(toolchain, workspace, writable, read_only, overlaid, tmp_size_bytes, tmp_source, shm_size_bytes, hostname,
                          uid, gid, user_name, group_name, init_path, carried(network), deny_sockets, symlinks,
-                         mask_special_git_files, own_user_namespace);
+                         mask_special_git_files, own_user_namespace, workspace_later);
 }
 
 JobNetworkPlan a_network() {
@@ -67,6 +67,7 @@ const std::vector<std::pair<const char*, std::function<void(SandboxConfig&)>>>& 
       {"symlinks", [](SandboxConfig& b) { b.symlinks = {{"/stage/a", "../b"}, {"/stage/c", "/d"}}; }},
       {"mask_special_git_files", [](SandboxConfig& b) { b.mask_special_git_files = true; }},
       {"own_user_namespace", [](SandboxConfig& b) { b.own_user_namespace = true; }},
+      {"workspace_later", [](SandboxConfig& b) { b.workspace_later = true; }},
   };
   return all;
 }

@@ -1,6 +1,7 @@
 // motor-init: PID 1 of a Linux job's PID namespace (DESIGN.md "A Linux job", issue 3).
 //
 //   motor-init [--test-keep-dumpable] [--pipestatus] [--gate] [--] COMMAND [ARG...]
+//   motor-init [--test-keep-dumpable] --await-command
 //
 // Starts COMMAND (posix_spawnp: PATH lookup as execvp, and a file with no executable format runs
 // under /bin/sh as execvp runs it), reaps every process that is re-parented to
@@ -24,6 +25,14 @@
 // being saved; COMMAND runs only once the runner writes "g" there (the job is on record). At EOF
 // (the record failed, or the runner died) motor-init exits kGateShutExit and runs nothing. Then
 // fd 0 becomes /dev/null, as the runner gives every job (the pipe, at EOF, if that cannot open).
+// `--await-command`: a sandbox built ahead of its job (runner/sandbox_pool.hpp). Fd 0 is the
+// runner's pipe, which brings the whole command once the job is on record and its workspace is
+// mounted: "c", a 4-byte length (host order), then NUL-terminated fields: the argument count, the
+// environment's count, the working directory, motor-init's arguments ([--pipestatus] [--]
+// COMMAND [ARG...]) and the environment. motor-init enters that directory (the workspace was
+// mounted over the one it started in), takes that environment as its own (posix_spawnp's PATH
+// search reads it) and goes on as if started with those arguments. At EOF, or anything
+// malformed, it exits kGateShutExit and runs nothing; then fd 0 becomes /dev/null.
 // It execs nothing but COMMAND, holds no state of the runner, and is linked statically so it
 // needs nothing from the job's root but its own file. Exit 127: COMMAND not found or motor-init
 // could not start it; 126: COMMAND not executable.
@@ -37,6 +46,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 
 #include "init_report.hpp"  // this directory: motor-init is built on its own
@@ -148,23 +158,101 @@ struct Options {
   bool keep_dumpable = false;
   bool pipestatus = false;
   bool gate = false;
+  bool await_command = false;
 };
 
 // What motor-init exits with when the runner closed the gate without letting COMMAND run.
 constexpr int kGateShutExit = 125;
 
-// --gate: waits for the runner's "g" on fd 0. False: the gate was shut (EOF, or anything else).
-bool pass_gate() {
-  char go = 0;
-  ssize_t n;
-  while ((n = read(STDIN_FILENO, &go, 1)) < 0 && errno == EINTR) {
+// Reads exactly `size` bytes from fd 0. False at EOF or on an error.
+bool read_gate(void* into, std::size_t size) {
+  auto* at = static_cast<char*>(into);
+  while (size > 0) {
+    const ssize_t n = read(STDIN_FILENO, at, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<std::size_t>(n);
   }
-  if (n != 1 || go != 'g') return false;
+  return true;
+}
+
+// Once the gate is passed: fd 0 is /dev/null, as the runner gives every job.
+void stdin_from_dev_null() {
   const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null >= 0) {
     dup2(null, STDIN_FILENO);  // dup2 clears close-on-exec on fd 0
     close(null);
   }
+}
+
+// --gate: waits for the runner's "g" on fd 0. False: the gate was shut (EOF, or anything else).
+bool pass_gate() {
+  char go = 0;
+  if (!read_gate(&go, 1) || go != 'g') return false;
+  stdin_from_dev_null();
+  return true;
+}
+
+// The most a command message may hold (the runner sends far less: it fits the pipe).
+constexpr uint32_t kMaxCommandMessage = 1u << 20;
+
+// A field of the message: the NUL-terminated string at `at`, which then moves past it. Null if
+// the message ends first.
+char* next_field(char*& at, char* end) {
+  char* field = at;
+  char* nul = static_cast<char*>(std::memchr(at, '\0', static_cast<std::size_t>(end - at)));
+  if (!nul) return nullptr;
+  at = nul + 1;
+  return field;
+}
+
+std::size_t field_count(const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long n = std::strtoul(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || n > kMaxCommandMessage) return SIZE_MAX;
+  return n;
+}
+
+// --await-command: the command message (see the top of this file). On success `argv` and
+// `environ` point into the message, which is never freed; the working directory is entered.
+// False: the gate was shut or the message malformed (nothing runs).
+bool await_command(int& argc, char**& argv) {
+  char kind = 0;
+  uint32_t size = 0;
+  if (!read_gate(&kind, 1) || kind != 'c' || !read_gate(&size, sizeof size) || size > kMaxCommandMessage) return false;
+  char* message = static_cast<char*>(std::malloc(size + 1u));
+  if (!message || !read_gate(message, size)) return false;
+  stdin_from_dev_null();
+  char* at = message;
+  char* const end = message + size;
+  const char* argc_text = next_field(at, end);
+  const char* envc_text = argc_text ? next_field(at, end) : nullptr;
+  const char* cwd = envc_text ? next_field(at, end) : nullptr;
+  if (!cwd) return false;
+  const std::size_t count = field_count(argc_text);
+  const std::size_t env_count = field_count(envc_text);
+  if (count == SIZE_MAX || env_count == SIZE_MAX) return false;
+  // argv[0] is our own name; then the message's arguments, then a null.
+  auto** args = static_cast<char**>(std::calloc(count + 2, sizeof(char*)));
+  auto** env = static_cast<char**>(std::calloc(env_count + 1, sizeof(char*)));
+  if (!args || !env) return false;
+  args[0] = argv[0];
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!(args[i + 1] = next_field(at, end))) return false;
+  }
+  for (std::size_t i = 0; i < env_count; ++i) {
+    if (!(env[i] = next_field(at, end))) return false;
+  }
+  if (at != end) return false;
+  if (chdir(cwd) != 0) {
+    std::fprintf(stderr, "motor-init: cannot enter the working directory %s: %s\n", cwd, std::strerror(errno));
+    std::_Exit(127);
+  }
+  environ = env;
+  argc = static_cast<int>(count + 1);
+  argv = args;
   return true;
 }
 
@@ -178,6 +266,8 @@ Options parse_options(int argc, char** argv) {
       o.pipestatus = true;
     } else if (std::strcmp(argv[o.first], "--gate") == 0) {
       o.gate = true;
+    } else if (std::strcmp(argv[o.first], "--await-command") == 0) {
+      o.await_command = true;
     } else {
       break;
     }
@@ -189,12 +279,23 @@ Options parse_options(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse_options(argc, argv);
-  const int first = options.first;
+  Options options = parse_options(argc, argv);
   if (!options.keep_dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     say("PR_SET_DUMPABLE", std::strerror(errno));
     return 127;
   }
+  if (options.await_command) {
+    if (options.first != argc || !await_command(argc, argv)) return kGateShutExit;
+    // The message's own options; whether we stay dumpable was settled above, before any wait.
+    const bool keep_dumpable = options.keep_dumpable;
+    options = parse_options(argc, argv);
+    options.keep_dumpable = keep_dumpable;
+    if (options.gate || options.await_command) {
+      say("the command message may not ask for a gate", nullptr);
+      return 127;
+    }
+  }
+  const int first = options.first;
   if (first >= argc) {
     say("usage: motor-init [--test-keep-dumpable] [--pipestatus] [--gate] [--] COMMAND [ARG...]", nullptr);
     return 127;
