@@ -83,12 +83,7 @@ Status LinuxExecution::take_over(sandbox::Starter& starter, std::unique_ptr<Pool
   events.start_failed = [this](const Error& e) {
     on_start_failed("the sandbox built ahead for the job could not be built: " + e.message);
   };
-  events.spawned = [this, &starter](pid_t) {
-    if (auto s = bind_pooled(starter); !s) {
-      child_.reset();
-      on_start_failed(s.error().message);
-    }
-  };
+  events.spawned = [this, &starter](pid_t) { bind_pooled(starter); };
   events.exited = [this](sandbox::SandboxedExit e) {
     if (late_binds_pending_) {
       exit_before_binds_ = std::move(e);  // seen after the answer, as a spawned child's exit is
@@ -97,23 +92,18 @@ Status LinuxExecution::take_over(sandbox::Starter& starter, std::unique_ptr<Pool
     on_exit(std::move(e));
   };
   child_->rebind(std::move(events));
-  if (child_->pid() <= 0) return {};
-  if (auto s = bind_pooled(starter); !s) {
-    child_.reset();   // killed, and reaped on the loop
-    cgroup_.reset();  // what reached it is killed, and it is removed
-    return s;
-  }
+  if (child_->pid() > 0) bind_pooled(starter);
   return {};
 }
 
-Status LinuxExecution::bind_pooled(sandbox::Starter& starter) {
-  // Into the job's cgroup before anything else: from here its limits hold and a kill reaches it.
-  if (auto s = cgroup_->adopt(child_->pid()); !s) return s;
+void LinuxExecution::bind_pooled(sandbox::Starter& starter) {
+  // The starter's helper moves it into the job's cgroup (from then on its limits hold and a kill
+  // reaches it) and mounts the workspace in. Until it answers the gate stays shut, and open (a
+  // kill closes it only then): motor-init cannot exit, so its pid names no other process.
   std::weak_ptr<char> alive = alive_;
-  starter.mount_late_binds(child_->pidfd(), late_binds_, [this, alive](Status mounted) {
+  starter.adopt_sandbox(child_->pid(), child_->pidfd(), cgroup_.get(), late_binds_, [this, alive](Status mounted) {
     if (!alive.expired()) on_late_binds(std::move(mounted));
   });
-  return {};
 }
 
 void LinuxExecution::on_late_binds(Status mounted) {
@@ -123,7 +113,7 @@ void LinuxExecution::on_late_binds(Status mounted) {
   if (!mounted && !exit && !kill_issued_) {
     child_.reset();  // killed (it is in the job's cgroup, which goes too), and reaped on the loop
     pooled_gate_.reset();
-    return on_start_failed("mounting the workspace into the sandbox built for the job: " + mounted.error().message);
+    return on_start_failed("making the sandbox built ahead the job's: " + mounted.error().message);
   }
   // A sandbox taken while it was being built has its build's steps; `cloned`: ready for the command.
   sandbox::SpawnTimes times = child_->spawn_times();
@@ -300,9 +290,10 @@ void LinuxExecution::on_oom_event(bool woken) {
 }
 
 void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
-  // A command still at its gate never runs: motor-init sees EOF there and exits.
+  // A command still at its gate never runs: motor-init sees EOF there and exits. A sandbox built
+  // ahead keeps its gate until the starter has answered (on_late_binds closes it then).
   if (!may_run_) gate_.reset();
-  pooled_gate_.reset();
+  if (!late_binds_pending_) pooled_gate_.reset();
   if (ended_ || !cgroup_) return;
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;

@@ -56,8 +56,9 @@ class LinuxExecution : public Execution {
   Status spawn(sandbox::Starter& starter, const sandbox::SandboxConfig& box);
   // With its cgroup made: the sandbox built ahead moved into it, its late binds asked for.
   Status take_over(sandbox::Starter& starter, std::unique_ptr<PooledSandbox> pooled);
-  // Once the sandbox built ahead has its pid: moved into the job's cgroup, its late binds asked for.
-  Status bind_pooled(sandbox::Starter& starter);
+  // Once the sandbox built ahead has its pid: the starter asked to move it into the job's cgroup
+  // and mount its late binds.
+  void bind_pooled(sandbox::Starter& starter);
   void on_late_binds(Status mounted);
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes

@@ -311,8 +311,10 @@ void Runner::job_finished(Job& job) {
   update_status();
   answer_drain_waiters();
   // The next sandbox is built as a job ends, not as one starts: on two cores a build beside the
-  // command that had just taken a sandbox slowed it by more than the build saved (bench/README.md).
-  if (sandbox_pool_) sandbox_pool_->refill();
+  // command that had just taken a sandbox slowed it by more than the build saved. Not in a burst
+  // either (jobs queued or the starter still busy): there each job builds its own, and builds
+  // nobody takes only cost the loop CPU it needs then (bench/README.md, session 17).
+  if (sandbox_pool_ && admission_.size() == 0 && !job_starter_.busy()) sandbox_pool_->refill();
   if (shutting_down_) maybe_exit();
 }
 

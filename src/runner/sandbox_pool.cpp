@@ -118,7 +118,8 @@ void SandboxPool::on_ready(uint64_t id) {
 void SandboxPool::prove(uint64_t id) {
   proof_ = Proof::kAsked;
   std::weak_ptr<char> alive = alive_;
-  starter_.mount_late_binds(entries_.at(id).child->pidfd(), {}, [this, alive](Status s) {
+  const auto& child = entries_.at(id).child;
+  starter_.adopt_sandbox(child->pid(), child->pidfd(), nullptr, {}, [this, alive](Status s) {
     if (alive.expired()) return;
     if (!s) {
       proof_ = Proof::kNone;

@@ -39,8 +39,8 @@ class JobCgroup {
   // Opened by the parent so the child does only write(2).
   virtual const std::vector<int>& child_attach_fds() const = 0;
   // Moves the running process `pid` into this cgroup in every hierarchy used, through the fds the
-  // two above give (a sandbox built ahead of its job waits in the pool's cgroup until then).
-  // Memory it was charged for stays with the cgroup it leaves.
+  // two above give (a sandbox built ahead of its job waits in the pool's cgroup until then; the
+  // job starter's helper moves it, off the loop). Memory it was charged for stays behind.
   Status adopt(pid_t pid);
 
   // A path whose modification signals a change of "populated" (cgroup.events on v2; empty on

@@ -36,7 +36,9 @@ constexpr time_t kSendTimeoutS = 2;
 
 // A request's word: what the helper is asked to do.
 constexpr uint32_t kSpawnRequest = 0;       // body: the sandbox and the spec; fds: see helper_main
-constexpr uint32_t kLateBindsRequest = 1;   // body: late_binds.hpp's binds; fds: the sandbox's pidfd
+// body: the pid, the cgroup's fd counts, late_binds.hpp's binds; fds: the sandbox's pidfd, then
+// the cgroup's attach fds and its clone-into fd
+constexpr uint32_t kAdoptRequest = 1;
 
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
@@ -65,8 +67,18 @@ bool decode_request(const std::string& body, Request& q) {
   return r.ok() && r.at_end();
 }
 
-std::string encode_late_binds(const std::vector<LateBind>& binds) {
+struct AdoptRequest {
+  pid_t pid = -1;
+  uint64_t attach_fds = 0;
+  bool clone_into = false;
+  std::vector<LateBind> binds;
+};
+
+std::string encode_adopt(pid_t pid, size_t attach_fds, bool clone_into, const std::vector<LateBind>& binds) {
   WireWriter w;
+  w.num(static_cast<uint64_t>(pid));
+  w.num(attach_fds);
+  w.num(clone_into ? 1 : 0);
   w.num(binds.size());
   for (const LateBind& b : binds) {
     w.str(b.source);
@@ -76,12 +88,15 @@ std::string encode_late_binds(const std::vector<LateBind>& binds) {
   return std::move(w.bytes());
 }
 
-bool decode_late_binds(const std::string& body, std::vector<LateBind>& binds) {
+bool decode_adopt(const std::string& body, AdoptRequest& q) {
   WireReader r(body);
+  q.pid = static_cast<pid_t>(r.num());
+  q.attach_fds = r.num();
+  q.clone_into = r.num() != 0;
   const uint64_t count = r.num();
-  if (!r.ok() || count > kMaxFds) return false;
-  binds.resize(count);
-  for (LateBind& b : binds) {
+  if (!r.ok() || count > kMaxFds || q.attach_fds > kMaxFds) return false;
+  q.binds.resize(count);
+  for (LateBind& b : q.binds) {
     b.source = r.str();
     b.target = r.str();
     b.attr_set = r.num();
@@ -198,15 +213,23 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     std::vector<UniqueFd> fds;
     if (!receive_message(sock, word, body, fds)) _exit(0);
     const uint64_t received_ns = monotonic_ns();
-    if (word == kLateBindsRequest) {
-      std::vector<LateBind> binds;
-      if (!decode_late_binds(body, binds) || fds.size() != 1) {
+    if (word == kAdoptRequest) {
+      AdoptRequest a;
+      if (!decode_adopt(body, a) || fds.size() != 1 + a.attach_fds + (a.clone_into ? 1 : 0)) {
         reply_error(sock, "job starter: malformed request");
+        continue;
+      }
+      // Into the job's cgroup first: from then on its limits hold and its kill reaches it.
+      std::vector<int> attach;
+      for (size_t i = 0; i < a.attach_fds; ++i) attach.push_back(fds[1 + i].get());
+      PassedCgroup cgroup(a.clone_into ? fds.back().get() : -1, std::move(attach));
+      if (auto s = cgroup.adopt(a.pid); !s) {
+        reply_error(sock, s.error().message);
         continue;
       }
       const char* stage = "";
       bool stranded = false;
-      const int err = mount_late_binds(fds[0].get(), binds, stage, stranded);
+      const int err = mount_late_binds(fds[0].get(), a.binds, stage, stranded);
       if (stranded) _exit(2);  // in a job's mount namespace: the runner spawns in process
       if (err != 0) {
         reply_error(sock, std::string(stage) + ": " + std::strerror(err));
@@ -329,9 +352,20 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
   done(job.run(box, spec));
 }
 
-void JobStarter::mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done) {
+void JobStarter::adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+                               std::function<void(Status)> done) {
   if (!running()) return done(make_error("io", "the job starter is not running"));
-  if (!send_message(sock_.get(), kLateBindsRequest, encode_late_binds(binds), {pidfd})) {
+  std::vector<int> fds = {pidfd};
+  size_t attach = 0;
+  bool clone_into = false;
+  if (cgroup) {
+    attach = cgroup->child_attach_fds().size();
+    fds.insert(fds.end(), cgroup->child_attach_fds().begin(), cgroup->child_attach_fds().end());
+    clone_into = cgroup->clone_into_fd() >= 0;
+    if (clone_into) fds.push_back(cgroup->clone_into_fd());
+  }
+  if (fds.size() > kMaxFds) return done(make_error("internal", "too many fds for the job starter"));
+  if (!send_message(sock_.get(), kAdoptRequest, encode_adopt(pid, attach, clone_into, binds), fds)) {
     const std::string why = std::strerror(errno);
     fail_all("the job starter is gone: " + why);
     return done(make_error("io", "the job starter is gone: " + why));

@@ -42,15 +42,19 @@ class JobStarter final : public Starter {
   // answers are read on `loop`.
   Status start(uv_loop_t* loop, size_t netns_pool_size);
   bool running() const { return pid_ > 0; }
+  // Requests sent and not answered yet (a burst of starts).
+  bool busy() const { return !waiting_.empty(); }
 
   // Plans `box` and spawns `spec` in it (spec.hooks is ignored: the plan's hooks are used).
   // The loop only sends the request (the fds in it may be closed once this returns); `done`
   // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
   // Without the helper, in process and at once. Errors name the failed step.
   void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) override;
-  // The helper setns()es into the sandbox's mount namespace and back (late_binds.hpp). Without
-  // the helper it fails at once.
-  void mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done) override;
+  // The helper writes the pid into the cgroup's cgroup.procs files (their fds passed) and
+  // setns()es into the sandbox's mount namespace and back (late_binds.hpp). Without the helper
+  // it fails at once.
+  void adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+                     std::function<void(Status)> done) override;
 
   // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
   void stop();

@@ -21,7 +21,7 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   return spawned;
 }
 
-void Starter::mount_late_binds(int, const std::vector<LateBind>&, std::function<void(Status)> done) {
+void Starter::adopt_sandbox(pid_t, int, const JobCgroup*, const std::vector<LateBind>&, std::function<void(Status)> done) {
   done(make_error("internal", "only the job starter's helper process can mount into a waiting sandbox"));
 }
 

@@ -22,10 +22,13 @@ class Starter {
   // uid and gid are the box's). The fds in `spec` may be closed once this returns. `done` runs
   // once: on the loop when a helper answers, or before this returns. Errors name the failed step.
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
-  // Attaches `binds` (late_binds.hpp) inside the sandbox of the process `pidfd` names: one built
-  // ahead, whose motor-init waits for its command. `done` runs once, on the loop or before this
-  // returns. Only a single-threaded helper can (setns): the base class fails at once.
-  virtual void mount_late_binds(int pidfd, const std::vector<LateBind>& binds, std::function<void(Status)> done);
+  // Makes a sandbox built ahead a job's: moves its motor-init (`pid`, also named by `pidfd`) into
+  // `cgroup` (null: it stays where it is) and attaches `binds` (late_binds.hpp) inside it. `done`
+  // runs once, on the loop or before this returns. Off the loop: a cgroup.procs write waits for
+  // the cgroup core's lock (an RCU grace period when it is contended), and setns needs a
+  // single-threaded process. The base class fails at once.
+  virtual void adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+                             std::function<void(Status)> done);
 };
 
 // Plans, builds the hooks and spawns in this process. Plan and hooks live as long as this
