@@ -126,6 +126,7 @@ void SandboxPool::prove(uint64_t id) {
       return stop("the job starter cannot enter a waiting sandbox (" + s.error().message + ")");
     }
     proof_ = Proof::kProven;
+    log_info("jobs start in sandboxes built ahead ({} kept ready)", settings_.size);
   });
 }
 
