@@ -44,24 +44,14 @@ Status check_source(const std::string& path, const std::string& what) {
   return {};
 }
 
-int open_beneath(int dirfd, const char* path, uint64_t flags, uint64_t resolve) {
-  open_how how{};
-  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = resolve | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, dirfd, path, &how, sizeof how));
-}
-
 // The source as a detached copy of its mount tree, with the bind's attributes, private.
 int capture(const LateBind& bind, UniqueFd& tree) {
-  UniqueFd source(open_beneath(AT_FDCWD, bind.source.c_str(), O_PATH | O_DIRECTORY, 0));
+  UniqueFd source(open_no_symlinks(AT_FDCWD, bind.source.c_str(), O_PATH | O_DIRECTORY, 0));
   if (!source) return errno;
-  tree = UniqueFd(static_cast<int>(
-      open_tree(source.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE)));
-  if (!tree) return errno;
-  mount_attr attr{};
-  attr.attr_set = bind.attr_set;
-  attr.propagation = MS_PRIVATE;
-  return mount_setattr(tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) == 0 ? 0 : errno;
+  int copy = -1;
+  const int err = detached_copy(source.get(), bind.attr_set, -1, copy);
+  tree = UniqueFd(copy);
+  return err;
 }
 
 // Inside the sandbox's namespace: the tree attached at `target`, found from the sandbox's root
@@ -69,7 +59,7 @@ int capture(const LateBind& bind, UniqueFd& tree) {
 int attach(const LateBind& bind, int tree) {
   UniqueFd root(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return errno;
-  UniqueFd target(open_beneath(root.get(), bind.target.c_str() + 1, O_PATH | O_DIRECTORY, RESOLVE_BENEATH));
+  UniqueFd target(open_no_symlinks(root.get(), bind.target.c_str() + 1, O_PATH | O_DIRECTORY, RESOLVE_BENEATH));
   if (!target) return errno;
   return move_mount(tree, "", target.get(), "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0 ? 0 : errno;
 }

@@ -16,21 +16,33 @@
 #include "sandbox/overlay.hpp"
 
 namespace motor::sandbox {
+
+int open_no_symlinks(int dirfd, const char* path, uint64_t flags, uint64_t resolve) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = resolve | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, path, &how, sizeof(how)));
+}
+
+int detached_copy(int source_fd, uint64_t attr_set, int idmap_userns_fd, int& tree) {
+  tree = open_tree(source_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+  if (tree < 0) return errno;
+  mount_attr attr{};
+  attr.attr_set = attr_set;
+  attr.propagation = MS_PRIVATE;
+  if (idmap_userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(idmap_userns_fd);
+  }
+  return mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) == 0 ? 0 : errno;
+}
 namespace {
 
 int openat2_beneath(int dirfd, const char* name, uint64_t flags) {
-  open_how how{};
-  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, dirfd, name, &how, sizeof(how)));
+  return open_no_symlinks(dirfd, name, flags, RESOLVE_BENEATH);
 }
 
-int openat2_host(const char* path) {
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how)));
-}
+int openat2_host(const char* path) { return open_no_symlinks(AT_FDCWD, path, O_PATH, 0); }
 
 void close_if(int& fd) {
   if (fd >= 0) close(fd);
@@ -285,18 +297,9 @@ int capture_bind_sources(const MountPlan& plan, MountScratch& scratch, const cha
       close(src);
       return ENOTDIR;  // the source changed kind since the plan was made (or is not the device named)
     }
-    scratch.fds[i] = open_tree(src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
-    const int err = errno;
+    const int err = detached_copy(src, op.attr_set, op.idmap_userns ? op.idmap_userns->get() : -1, scratch.fds[i]);
     close(src);
-    if (scratch.fds[i] < 0) return err;
-    mount_attr attr{};
-    attr.attr_set = op.attr_set;
-    attr.propagation = MS_PRIVATE;
-    if (op.idmap_userns) {
-      attr.attr_set |= MOUNT_ATTR_IDMAP;
-      attr.userns_fd = static_cast<uint64_t>(op.idmap_userns->get());
-    }
-    if (mount_setattr(scratch.fds[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) return errno;
+    if (err != 0) return err;
     if (op.kind == MountOpKind::kOverlay) {
       const int lower = scratch.fds[i];
       scratch.fds[i] = -1;

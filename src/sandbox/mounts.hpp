@@ -79,6 +79,14 @@ MountOp bind_device_op(const std::string& path, unsigned major, unsigned minor);
 // Sorts the ops and refuses duplicate targets.
 Status finish_mount_plan(MountPlan& plan);
 
+// openat2 with O_CLOEXEC | O_NOFOLLOW added to `flags` and no symlink or magic link followed in
+// any component (`resolve` may add RESOLVE_BENEATH). An fd, or -1 and errno.
+int open_no_symlinks(int dirfd, const char* path, uint64_t flags, uint64_t resolve);
+// The mount tree at `source_fd` as a detached, private copy with `attr_set` applied recursively
+// (idmapped through `idmap_userns_fd` when >= 0): sets `tree` (the caller closes it, also on
+// failure when >= 0). 0 or an errno. No allocation: the sandbox's child calls it.
+int detached_copy(int source_fd, uint64_t attr_set, int idmap_userns_fd, int& tree);
+
 // Child scratch, sized in the parent so the child does not allocate.
 struct MountScratch {
   std::vector<int> fds;  // one per op
