@@ -101,7 +101,7 @@ void LinuxExecution::bind_pooled(sandbox::Starter& starter) {
   // reaches it) and mounts the workspace in. Until it answers the gate stays shut, and open (a
   // kill closes it only then): motor-init cannot exit, so its pid names no other process.
   std::weak_ptr<char> alive = alive_;
-  starter.adopt_sandbox(child_->pid(), child_->pidfd(), cgroup_.get(), late_binds_, [this, alive](Status mounted) {
+  starter.adopt_sandbox(child_->pid(), child_->mount_ns(), cgroup_.get(), late_binds_, [this, alive](Status mounted) {
     if (!alive.expired()) on_late_binds(std::move(mounted));
   });
 }

@@ -36,8 +36,8 @@ constexpr time_t kSendTimeoutS = 2;
 
 // A request's word: what the helper is asked to do.
 constexpr uint32_t kSpawnRequest = 0;       // body: the sandbox and the spec; fds: see helper_main
-// body: the pid, the cgroup's fd counts, late_binds.hpp's binds; fds: the sandbox's pidfd, then
-// the cgroup's attach fds and its clone-into fd
+// body: the pid, the cgroup's fd counts, late_binds.hpp's binds; fds: the sandbox's mount
+// namespace, then the cgroup's attach fds and its clone-into fd
 constexpr uint32_t kAdoptRequest = 1;
 
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
@@ -274,8 +274,9 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     for (uint64_t at : {received_ns, t.planned_ns, t.cloned_ns, t.child.started, t.child.mounted, t.child.confined,
                         t.child.ready})
       answer += " " + std::to_string(at);
-    (void)send_message(sock, kReplyOk, answer,
-                       {spawned->pidfd.get(), spawned->setup_status.get()});
+    std::vector<int> answer_fds = {spawned->pidfd.get(), spawned->setup_status.get()};
+    if (spawned->mount_ns) answer_fds.push_back(spawned->mount_ns.get());
+    (void)send_message(sock, kReplyOk, answer, answer_fds);
     if (exec_seen) {
       pollfd p{exec_seen.get(), 0, 0};  // POLLHUP: the child's end closed at exec (or exit)
       while (poll(&p, 1, kExecWaitMs) < 0 && errno == EINTR) {
@@ -315,8 +316,8 @@ Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
 
 namespace {
 
-// "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns), the pidfd and
-// the setup-status pipe.
+// "PID RECEIVED PLANNED CLONED STARTED MOUNTED CONFINED READY" (SpawnTimes, ns), the pidfd, the
+// setup-status pipe and, for a sandbox built ahead, its mount namespace.
 Expected<SpawnedProcess> spawn_answer(uint32_t word, const std::string& body, std::vector<UniqueFd>& got) {
   if (word != kReplyOk) return make_error("io", body);
   SpawnedProcess out;
@@ -326,9 +327,12 @@ Expected<SpawnedProcess> spawn_answer(uint32_t word, const std::string& body, st
   for (uint64_t* field : {&t.received_ns, &t.planned_ns, &t.cloned_ns, &t.child.started, &t.child.mounted,
                           &t.child.confined, &t.child.ready})
     *field = std::strtoull(at, &at, 10);
-  if (got.size() != 2 || out.pid <= 0) return make_error("io", "the job starter answered without a pid and pidfd");
+  if (got.size() < 2 || got.size() > 3 || out.pid <= 0) {
+    return make_error("io", "the job starter answered without a pid and pidfd");
+  }
   out.pidfd = std::move(got[0]);
   out.setup_status = std::move(got[1]);
+  if (got.size() == 3) out.mount_ns = std::move(got[2]);
   return out;
 }
 
@@ -352,10 +356,11 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
   done(job.run(box, spec));
 }
 
-void JobStarter::adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
                                std::function<void(Status)> done) {
   if (!running()) return done(make_error("io", "the job starter is not running"));
-  std::vector<int> fds = {pidfd};
+  if (mount_ns < 0) return done(make_error("io", "the sandbox sent no mount namespace"));
+  std::vector<int> fds = {mount_ns};
   size_t attach = 0;
   bool clone_into = false;
   if (cgroup) {

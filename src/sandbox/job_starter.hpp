@@ -10,7 +10,8 @@
 // The helper clones with CLONE_PARENT: the job is the runner's child, and the runner waits on
 // its pidfd exactly as before. The runner creates the job's cgroup and pipes and passes their
 // fds (SCM_RIGHTS), and for an outbound job the fd of its egress network namespace (the veth's
-// far end is made there); the helper answers with the pid, the pidfd and the setup-status pipe.
+// far end is made there); the helper answers with the pid, the pidfd and the setup-status pipe (and a sandbox
+// built ahead's mount namespace).
 // Without the helper (it failed to start or died) the runner spawns in process: the same
 // sandbox, only slower.
 #pragma once
@@ -53,7 +54,7 @@ class JobStarter final : public Starter {
   // The helper writes the pid into the cgroup's cgroup.procs files (their fds passed) and
   // setns()es into the sandbox's mount namespace and back (late_binds.hpp). Without the helper
   // it fails at once.
-  void adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+  void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
                      std::function<void(Status)> done) override;
 
   // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.

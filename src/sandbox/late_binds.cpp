@@ -92,7 +92,7 @@ Expected<std::vector<LateBind>> late_binds(const SandboxConfig& built, const San
   return binds;
 }
 
-int mount_late_binds(int pidfd, const std::vector<LateBind>& binds, const char*& stage, bool& stranded) {
+int mount_late_binds(int mount_ns, const std::vector<LateBind>& binds, const char*& stage, bool& stranded) {
   stranded = false;
   stage = "late binds: open our own mount namespace";
   UniqueFd own(open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC));
@@ -103,7 +103,7 @@ int mount_late_binds(int pidfd, const std::vector<LateBind>& binds, const char*&
     if (int err = capture(binds[i], trees[i]); err != 0) return err;
   }
   stage = "late binds: enter the sandbox's mount namespace";
-  if (setns(pidfd, CLONE_NEWNS) != 0) return errno;
+  if (setns(mount_ns, CLONE_NEWNS) != 0) return errno;
   int err = 0;
   for (size_t i = 0; i < binds.size() && err == 0; ++i) {
     stage = "late binds: attach at the mount point (move_mount)";

@@ -44,8 +44,7 @@ void SandboxedChild::on_spawned(Expected<SpawnedProcess> spawned) {
   spawn_times_ = spawned->times;
   setup_status_ = std::move(spawned->setup_status);
   fcntl(setup_status_.get(), F_SETFL, O_NONBLOCK);
-  // Kept for late binds (a sandbox built ahead); the watch below owns the one it reaps with.
-  pidfd_ = UniqueFd(fcntl(spawned->pidfd.get(), F_DUPFD_CLOEXEC, 0));
+  mount_ns_ = std::move(spawned->mount_ns);  // a sandbox built ahead: for its late binds
   auto child = reactor::ChildProcess::adopt(loop_, pid_, std::move(spawned->pidfd), std::move(watch_.stdout_read),
                                             std::move(watch_.stderr_read), watch_.timeout_ms, watch_.max_stdout_bytes,
                                             [this](reactor::ChildExit e) { on_exit(std::move(e)); });
@@ -100,7 +99,7 @@ void SandboxedChild::read_setup_status() {
 }
 
 void SandboxedChild::on_exit(reactor::ChildExit exit) {
-  pidfd_.reset();  // nothing can be mounted into a sandbox that is gone; a finished job holds no fd
+  mount_ns_.reset();  // nothing is mounted into a sandbox that is gone; a finished job holds no fd
   read_setup_status();
   SandboxedExit out;
   out.wait_status = exit.exit_code >= 0 ? W_EXITCODE(exit.exit_code, 0) : exit.term_signal;

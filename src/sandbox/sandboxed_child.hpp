@@ -80,8 +80,8 @@ class SandboxedChild {
   // Output arrived on the caller's own pipes: the child must have exec'd; reads the setup status now.
   void check_setup();
   pid_t pid() const { return pid_; }
-  // The child's pidfd once the starter answered (-1 before, or if it could not be copied).
-  int pidfd() const { return pidfd_.get(); }
+  // A sandbox built ahead's mount namespace (SpawnedProcess::mount_ns) until it exits; else -1.
+  int mount_ns() const { return mount_ns_.get(); }
   // From now on the events go to `events` (a sandbox built ahead, handed to its job).
   void rebind(Events events);
   // The command ran as far as the sandbox knows: exec'd, or exited after it.
@@ -103,7 +103,7 @@ class SandboxedChild {
   pid_t pid_ = -1;
   SpawnTimes spawn_times_;
   UniqueFd setup_status_;
-  UniqueFd pidfd_;
+  UniqueFd mount_ns_;
   reactor::UvHandle<uv_poll_t> setup_poll_;
   std::unique_ptr<reactor::ChildProcess> child_;
   bool setup_known_ = false, execd_ = false, kill_wanted_ = false;

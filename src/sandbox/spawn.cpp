@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "motor/fd_message.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/test_switches.hpp"
 
@@ -39,6 +41,18 @@ namespace {
   _exit(127);
 }
 
+// The clone3 made the mount namespace: the host's /proc still names it /proc/self/ns/mnt. System
+// calls only (this child may share the caller's memory).
+int report_mount_namespace(int sock) {
+  const int ns = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  if (ns < 0) return errno;
+  FdMessage m;
+  m.carry(ns);
+  const int err = sendmsg(sock, &m.msg, MSG_NOSIGNAL) == 1 ? 0 : errno;
+  close(ns);
+  return err;
+}
+
 [[noreturn]] void run_child(const SpawnSpec& spec, char* const* argv, char* const* envp, const char* exec_stage,
                             int status_fd) {
   ChildStamps* stamps = spec.hooks ? spec.hooks->stamps.get() : nullptr;
@@ -50,6 +64,11 @@ namespace {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (spec.hooks && spec.hooks->mount_ns_report_fd >= 0) {
+    if (int err = report_mount_namespace(spec.hooks->mount_ns_report_fd); err != 0) {
+      child_fail(status_fd, "sending our mount namespace to the starter", err);
+    }
+  }
 
   for (int fd : spec.cgroup->child_attach_fds()) {
     if (::write(fd, "0", 1) != 1) child_fail(status_fd, "joining the job's cgroup", errno);
@@ -216,6 +235,18 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec) {
   out.pidfd = UniqueFd(pidfd);
   out.setup_status = std::move(status_read);
   return out;
+}
+
+Expected<UniqueFd> receive_mount_namespace(int sock) {
+  FdMessage m;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return sys_error("receiving the sandbox's mount namespace");
+  UniqueFd ns(m.carried(n));
+  if (!ns) return make_error("io", "the sandbox did not send its mount namespace");
+  return ns;
 }
 
 Expected<int> reap_pidfd(int pidfd) {

@@ -39,6 +39,11 @@ struct ChildHooks {
   // The child is in a user namespace of its own with its ids mapped (user_namespace.hpp): its
   // groups cannot be set there (setgroups is denied) and were checked when it was planned.
   bool own_user_namespace = false;
+  // >= 0: a socket on which the child, first thing, sends an fd of its own mount namespace
+  // (SCM_RIGHTS). A sandbox built ahead (late_binds.hpp) is entered through it later: setns on a
+  // namespace fd needs CAP_SYS_ADMIN and CAP_SYS_CHROOT, where one through a pidfd also passes a
+  // ptrace access check (CAP_SYS_PTRACE: motor-init is non-dumpable and not the caller's uid).
+  int mount_ns_report_fd = -1;
   // As root, after stdio and cgroup attach: mounts, pivot_root, hostname, loopback, bounding set.
   std::function<int(const char*& stage)> before_credentials;
   // As the job account, just before exec: no_new_privs, capabilities, seccomp.
@@ -82,6 +87,8 @@ struct SpawnedProcess {
   // Close-on-exec pipe: EOF with no data = the command was exec'd; otherwise the child wrote
   // "stage: strerror" and exited 127 before the command ran.
   UniqueFd setup_status;
+  // The child's mount namespace, when ChildHooks::mount_ns_report_fd asked for it.
+  UniqueFd mount_ns;
 };
 
 Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec);
@@ -89,6 +96,11 @@ Expected<SpawnedProcess> spawn_job(const SpawnSpec& spec);
 // CLOCK_MONOTONIC in ns (uv_hrtime's clock): SpawnTimes, ChildStamps. Through the vDSO, so a
 // child may call it before exec.
 uint64_t monotonic_ns();
+
+// The mount namespace fd a child sent on ChildHooks::mount_ns_report_fd (this end of its socket
+// pair). The child's end is close-on-exec: once the caller has closed its own copy, this never
+// waits past the child's exec or death.
+Expected<UniqueFd> receive_mount_namespace(int sock);
 
 // Reaps a child whose pidfd became readable. Returns the wait status (as from waitpid).
 Expected<int> reap_pidfd(int pidfd);

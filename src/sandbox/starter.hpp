@@ -22,12 +22,12 @@ class Starter {
   // uid and gid are the box's). The fds in `spec` may be closed once this returns. `done` runs
   // once: on the loop when a helper answers, or before this returns. Errors name the failed step.
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
-  // Makes a sandbox built ahead a job's: moves its motor-init (`pid`, also named by `pidfd`) into
-  // `cgroup` (null: it stays where it is) and attaches `binds` (late_binds.hpp) inside it. `done`
-  // runs once, on the loop or before this returns. Off the loop: a cgroup.procs write waits for
-  // the cgroup core's lock (an RCU grace period when it is contended), and setns needs a
-  // single-threaded process. The base class fails at once.
-  virtual void adopt_sandbox(pid_t pid, int pidfd, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
+  // Makes a sandbox built ahead a job's: moves its motor-init (`pid`) into `cgroup` (null: it
+  // stays where it is) and attaches `binds` (late_binds.hpp) inside its mount namespace
+  // `mount_ns` (SpawnedProcess::mount_ns). `done` runs once, on the loop or before this returns.
+  // Off the loop: a cgroup.procs write waits for the cgroup core's lock (an RCU grace period
+  // when it is contended), and setns needs a single-threaded process. The base class fails at once.
+  virtual void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
                              std::function<void(Status)> done);
 };
 

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "motor/fd_message.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/json_writer.hpp"
 #include "workspace/workspace_names.hpp"
@@ -375,22 +376,6 @@ std::unique_ptr<RawClient> RawClient::via_bridge(const std::string& socket_path,
   return via_program({MOTOR_RUNNER_BIN, "connect", "--caller", caller, "--socket", socket_path});
 }
 
-namespace {
-// One byte and room for one fd (SCM_RIGHTS), to pass a socket between processes.
-struct FdMessage {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  FdMessage() {
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-  }
-  FdMessage(const FdMessage&) = delete;
-};
-}  // namespace
 
 std::unique_ptr<RawClient> RawClient::as_account(const std::string& socket_path, uid_t uid, gid_t gid) {
   int sv[2];
@@ -402,11 +387,7 @@ std::unique_ptr<RawClient> RawClient::as_account(const std::string& socket_path,
     RawClient c(socket_path);
     if (!c.connected()) _exit(3);
     FdMessage m;
-    cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &c.fd_, sizeof(int));
+    m.carry(c.fd_);
     _exit(sendmsg(sv[1], &m.msg, 0) == 1 ? 0 : 4);
   }
   close(sv[1]);
@@ -414,10 +395,10 @@ std::unique_ptr<RawClient> RawClient::as_account(const std::string& socket_path,
   const ssize_t n = recvmsg(sv[0], &m.msg, MSG_CMSG_CLOEXEC);
   close(sv[0]);
   waitpid(pid, nullptr, 0);
-  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
-  if (n != 1 || !cm || cm->cmsg_type != SCM_RIGHTS) return nullptr;
+  const int fd = m.carried(n);
+  if (fd < 0) return nullptr;
   std::unique_ptr<RawClient> c(new RawClient());
-  std::memcpy(&c->fd_, CMSG_DATA(cm), sizeof(int));
+  c->fd_ = fd;
   return c;
 }
 
