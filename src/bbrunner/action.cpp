@@ -13,6 +13,7 @@
 #include "bbrunner/runner_link.hpp"
 #include "protocol/json_writer.hpp"
 #include "protocol/messages.hpp"
+#include "motor_job.pb.h"
 #include "resourceusage.pb.h"
 
 namespace motor::bbrunner {
@@ -77,6 +78,14 @@ void add_resource_usage(const std::string& terminal_json, int signal, buildbarn:
   reply.add_resource_usage()->PackFrom(usage);
 }
 
+// The job behind the action, for bb_worker's auxiliary metadata (motor_job.proto).
+void add_motor_job(const protocol::Message& m, buildbarn::runner::RunResponse& reply) {
+  MotorJob job;
+  job.set_job_id(m.job_id);
+  job.set_terminal_record(m.raw);
+  reply.add_resource_usage()->PackFrom(job);
+}
+
 // The terminal record as bb_worker's answer: bb_runner's conventions (a signal is exit code -1
 // with termination_signal set).
 grpc::Status finish(const protocol::Message& m, buildbarn::runner::RunResponse& reply) {
@@ -92,10 +101,12 @@ grpc::Status finish(const protocol::Message& m, buildbarn::runner::RunResponse& 
     case Kind::kExit:
       reply.set_exit_code(m.outcome.code);
       add_resource_usage(m.raw, 0, reply);
+      add_motor_job(m, reply);
       return grpc::Status::OK;
     case Kind::kSignal:
       reply.set_exit_code(-1);
       add_resource_usage(m.raw, m.outcome.signal, reply);
+      add_motor_job(m, reply);
       return grpc::Status::OK;
     case Kind::kCancelled: return {grpc::StatusCode::CANCELLED, "the action was cancelled"};
     case Kind::kRefusedBeforeStart: return refusal(m);

@@ -5,17 +5,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <optional>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "bbrunner/build_directory.hpp"
+#include "bbrunner/gate_transport.hpp"
+#include "config/config.hpp"
+#include "gate/gate_run.hpp"
+#include "gate/gate_setup.hpp"
 #include "bbrunner/service.hpp"
 #include "protocol/size.hpp"
 
@@ -24,11 +30,18 @@ namespace {
 constexpr const char* kUsage =
     "usage: motor-bb-runner --build-directory DIR --listen SOCKET [--outbound-listen SOCKET]\n"
     "                       [--runner-socket SOCKET] [--memory SIZE] [--cpus N]\n"
+    "       motor-bb-runner gate [--config FILE] [--runner PATH] [--json] [--attack ID[,ID]]\n"
     "  --build-directory  bb_worker's build directory (the runner's bb_build_directory)\n"
     "  --listen           socket for actions without network (bb_worker's runner endpoint)\n"
     "  --outbound-listen  socket for actions whose platform asks for outbound network\n"
     "  --runner-socket    motor-runner's socket (default /run/motor/motor.sock)\n"
-    "  --memory, --cpus   each action's memory cap and whole cores (default: the runner's)\n";
+    "  --memory, --cpus   each action's memory cap and whole cores (default: the runner's)\n"
+    "gate: motor-runner gate's host checks and attacks, each attack's job sent as bb_worker sends an\n"
+    "action (a Run to a motor-bb-runner of this executable, its workspace an input root); exit 0\n"
+    "only if every control held (docs/buildbarn.md, docs/server-gate.md)\n"
+    "  --config           the runner's config file (default: the embedded one)\n"
+    "  --runner           the motor-runner to start (default: beside this one, else /usr/sbin/motor-runner)\n"
+    "  --json, --attack   as motor-runner gate's\n";
 
 struct Options {
   std::string build_directory, listen, outbound_listen, runner_socket = "/run/motor/motor.sock";
@@ -65,6 +78,55 @@ bool parse_options(int argc, char** argv, Options& o) {
   return true;
 }
 
+// `gate`: motor-runner gate with each attack's job sent through a motor-bb-runner. Exit codes as
+// motor-runner gate's (docs/server-gate.md): 0 passed, 1 not, 2 the attacks could not run, 64
+// bad arguments, 78 a config the runner refuses.
+constexpr int kUsageError = 64, kConfigError = 78;
+
+int gate(int argc, char** argv) {
+  motor::gate::GateOptions options;
+  std::optional<std::string> config_path;
+  for (int i = 2; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") return std::fputs(kUsage, stdout), 0;
+    if (flag == "--json") {
+      options.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) return std::fprintf(stderr, "motor-bb-runner gate: %s needs a value\n", flag.c_str()), kUsageError;
+    const std::string value = argv[++i];
+    if (flag == "--config") config_path = value;
+    else if (flag == "--runner") options.runner_exe = value;
+    else if (flag == "--attack") {
+      for (size_t start = 0; start <= value.size();) {
+        const size_t comma = std::min(value.find(',', start), value.size());
+        if (comma > start) options.attacks.push_back(value.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else {
+      return std::fprintf(stderr, "motor-bb-runner gate: unknown option %s\n", flag.c_str()), kUsageError;
+    }
+  }
+  const auto known = motor::gate::attack_ids();
+  for (const auto& id : options.attacks) {
+    if (std::find(known.begin(), known.end(), id) == known.end())
+      return std::fprintf(stderr, "motor-bb-runner gate: --attack: no attack %s\n", id.c_str()), kUsageError;
+  }
+  const std::string self = motor::gate::self_exe();
+  if (options.runner_exe.empty()) {
+    const std::string beside = self.substr(0, self.rfind('/') + 1) + "motor-runner";
+    options.runner_exe = ::access(beside.c_str(), X_OK) == 0 ? beside : "/usr/sbin/motor-runner";
+  }
+  if (::access(options.runner_exe.c_str(), X_OK) != 0)
+    return std::fprintf(stderr, "motor-bb-runner gate: no motor-runner at %s (--runner)\n", options.runner_exe.c_str()), kUsageError;
+  std::string origin;
+  auto config = motor::config::load_runner_config(config_path, origin);
+  if (!config) return std::fprintf(stderr, "motor-bb-runner gate: %s\n", config.error().message.c_str()), kConfigError;
+  if (origin != motor::config::kEmbeddedConfigOrigin) options.config_path = origin;
+  options.transport = std::make_shared<motor::bbrunner::BbWorkerTransport>(self);
+  return motor::gate::run_gate(*config, options);
+}
+
 // One server per socket: which socket a call came in on says its network policy.
 std::unique_ptr<grpc::Server> serve(const std::string& socket, motor::bbrunner::RunnerService& service) {
   ::unlink(socket.c_str());  // a stale socket of an earlier run
@@ -80,6 +142,7 @@ std::unique_ptr<grpc::Server> serve(const std::string& socket, motor::bbrunner::
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "gate") return gate(argc, argv);
   Options o;
   if (!parse_options(argc, argv, o)) return std::fputs(kUsage, stderr), 2;
   if (o.help) return std::fputs(kUsage, stdout), 0;

@@ -96,7 +96,8 @@ Summary summarize(const std::vector<HostCheck>& checks, const std::vector<Attack
 }
 
 void print_table(const Report& r) {
-  fmt::print("motor-runner gate {} (config: {})\n", kVersion, r.config_origin);
+  fmt::print("motor-runner gate {} (config: {}{})\n", kVersion, r.config_origin,
+             r.jobs_through.empty() ? "" : "; jobs through " + r.jobs_through);
   if (!r.summary.weakened.empty()) fmt::print("\n!!! {} !!!\n", weakened_banner(r.summary.weakened));
   print_checks(r.checks);
   if (!r.fatal.empty()) fmt::print("\nThe gate could not run its attacks: {}\n", r.fatal);
@@ -110,6 +111,7 @@ void print_json(const Report& r) {
   protocol::JsonWriter w;
   w.begin_object().field("gate", "motor-runner").field("version", kVersion).field("protocol", kProtocolVersion);
   w.field("config", r.config_origin);
+  if (!r.jobs_through.empty()) w.field("jobs_through", r.jobs_through);
   w.key("weakened_controls").begin_array();
   for (const auto& c : r.summary.weakened) w.string(c);
   w.end_array();

@@ -35,6 +35,7 @@ struct Report {
   const std::vector<AttackRecord>& attacks;
   const Summary& summary;
   const std::string& config_origin;
+  const std::string& jobs_through;        // the transport's name, or "" (exec.run on the gate's session)
   const std::string& fatal;               // why the attacks could not run at all, or ""
   const std::vector<std::string>& notes;  // what the clean-up had to do by force
 };

@@ -92,6 +92,7 @@ struct GateRun {
   std::vector<std::string> markers;
   std::vector<std::string> cgroup_mounts;
   std::vector<std::string> cleanup_notes;
+  std::shared_ptr<JobTransport> transport;  // stopped before the runner
 
   GateRun() = default;
   GateRun(const GateRun&) = delete;
@@ -148,6 +149,8 @@ void GateRun::cleanup() {
   }
   if (listener >= 0) close(listener);
   listener = -1;
+  if (transport) transport->stop();
+  transport.reset();
   stop_runner();
   for (const auto& m : markers) {
     for (pid_t p : processes_with(m)) {
@@ -191,10 +194,18 @@ std::string make_paths(GateRun& g, const config::Config& config, const GateOptio
   return "";
 }
 
-// The gate runner on its derived config; `main` its first session. "" or why not.
+// The gate runner on its derived config (with what the transport needs); `main` its first
+// session. "" or why not.
 std::string start_gate_runner(GateRun& g, const GateOptions& options, const std::string& exe,
                               std::unique_ptr<RunnerSession>& main) {
-  auto text = derived_config(options, g.cgroup_parent);
+  std::string extra;
+  if (options.transport) {
+    g.transport = options.transport;
+    auto lines = g.transport->prepare(g.tmp_dir);
+    if (!lines) return g.transport->name() + ": " + lines.error().message;
+    extra = std::move(*lines);
+  }
+  auto text = derived_config(options, g.cgroup_parent, extra);
   if (!text) return text.error().message;
   std::ofstream(g.paths.config) << *text;
   if (auto s = start_runner(g.paths, exe, g.runner); !s) return s.error().message;
@@ -274,6 +285,20 @@ void connect_env(AttackEnv& env, std::unique_ptr<RunnerSession>& main, const std
   };
 }
 
+// The attacks' jobs through the transport instead; their workspace is the one it lays out. ""
+// or why not.
+std::string connect_transport(AttackEnv& env, JobTransport& transport) {
+  if (auto s = transport.start(env.socket_path); !s) return transport.name() + ": " + s.error().message;
+  auto dir = transport.workspace_dir(env.workspace_key);
+  if (!dir) return transport.name() + ": " + dir.error().message;
+  env.workspace = *dir;
+  env.outside_dir = env.workspace + "-outside";
+  env.run_job = [&transport](const JobRequest& rq, int timeout_ms, const std::function<void(const std::string&)>& f) {
+    return transport.run(rq, timeout_ms, f);
+  };
+  return "";
+}
+
 // The attacks' environment. "" or why it cannot be made.
 std::string make_env(AttackEnv& env, GateRun& g, const config::Config& config, const HostFacts& facts,
                      const std::string& exe) {
@@ -335,6 +360,11 @@ Verdict attack_verdict(const Attack& attack, AttackEnv& env, GateRun& g, const s
   }
   if (g.runner <= 0) return {Result::kInconclusive, "the runner is gone", false};
   if (auto skip = skip_reason(attack, env)) return *skip;
+  if (g.transport) {
+    if (auto why = g.transport->not_applicable(attack.id)) {
+      return {Result::kSkipped, "not applicable through " + g.transport->name() + ": " + *why, true};
+    }
+  }
   if (!warmup_failure.empty()) return {Result::kInconclusive, warmup_failure, false};
   return run_attack(attack, env);
 }
@@ -364,7 +394,7 @@ Findings run_checks_and_attacks(const config::Config& config, const GateOptions&
     return f;
   }
   f.checks = run_host_checks(config, facts);
-  const std::string exe = self_exe();
+  const std::string exe = options.runner_exe.empty() ? self_exe() : options.runner_exe;
   std::unique_ptr<RunnerSession> main;
   AttackEnv env;
   f.fatal = make_paths(g, config, options, facts);
@@ -372,6 +402,7 @@ Findings run_checks_and_attacks(const config::Config& config, const GateOptions&
   if (f.fatal.empty()) check_gate_runner(*main, g, config, f.checks);
   if (f.fatal.empty()) f.fatal = make_env(env, g, config, facts, exe);
   if (f.fatal.empty()) connect_env(env, main, exe);
+  if (f.fatal.empty() && g.transport) f.fatal = connect_transport(env, *g.transport);
   if (f.fatal.empty()) f.fatal = start_host_side(env, g);
   if (f.fatal.empty()) f.records = run_attacks(env, g, options, warm_up(env));
   main.reset();
@@ -391,10 +422,11 @@ std::vector<std::string> attack_ids() {
 int run_gate(const config::Config& config, const GateOptions& options) {
   InterruptHandlers handlers;
   const std::string config_origin = options.config_path ? *options.config_path : "embedded default config";
+  const std::string jobs_through = options.transport ? options.transport->name() : "";
   const Findings f = run_checks_and_attacks(config, options);
   const Summary sum = summarize(f.checks, f.records, options.attacks.empty() ? f.records.size() : attack_ids().size(),
                                 weakened_control_names());
-  const Report report{f.checks, f.records, sum, config_origin, f.fatal, f.notes};
+  const Report report{f.checks, f.records, sum, config_origin, jobs_through, f.fatal, f.notes};
   if (options.json) print_json(report);
   else print_table(report);
   return !f.fatal.empty() ? 2 : sum.passed() ? 0 : 1;

@@ -6,11 +6,13 @@
 // as an exec.run and judged, and everything the gate made is stopped and removed.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
+#include "gate/job_transport.hpp"
 
 namespace motor::gate {
 
@@ -20,6 +22,10 @@ struct GateOptions {
   bool json = false;
   // --attack ID[,ID]: run only these attacks (empty: every attack). Host checks always run.
   std::vector<std::string> attacks;
+  // The motor-runner executable the gate starts its runner from ("" = this executable).
+  std::string runner_exe;
+  // The path the attacks' jobs take (null: exec.run on the gate's own session).
+  std::shared_ptr<JobTransport> transport;
 };
 
 // Every attack id of the catalogue, in the order the gate runs them.

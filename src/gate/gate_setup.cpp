@@ -68,7 +68,20 @@ std::vector<pid_t> processes_with(const std::string& marker) {
   return out;
 }
 
-Expected<std::string> derived_config(const GateOptions& options, const std::string& cgroup_parent) {
+namespace {
+
+// The key a config line sets ("" for a comment or a blank line).
+std::string line_key(const std::string& line) {
+  const auto first = line.find_first_not_of(" \t");
+  if (first == std::string::npos || line[first] == '#') return "";
+  const auto end = line.find_first_of(" \t=", first);
+  return line.substr(first, end == std::string::npos ? std::string::npos : end - first);
+}
+
+}  // namespace
+
+Expected<std::string> derived_config(const GateOptions& options, const std::string& cgroup_parent,
+                                     const std::string& extra) {
   std::string text;
   if (options.config_path) {
     std::ifstream in(*options.config_path, std::ios::binary);
@@ -79,20 +92,20 @@ Expected<std::string> derived_config(const GateOptions& options, const std::stri
   } else {
     text = std::string(config::default_config_text());
   }
-  std::istringstream in(text);
+  std::vector<std::string> replaced = {"cgroup_parent", "metrics_file", "shutdown"};
+  std::istringstream extra_in(extra);
   std::string out, line;
+  while (std::getline(extra_in, line)) {
+    if (auto key = line_key(line); !key.empty()) replaced.push_back(std::move(key));
+  }
+  std::istringstream in(text);
   while (std::getline(in, line)) {
-    const auto first = line.find_first_not_of(" \t");
-    if (first != std::string::npos && line[first] != '#') {
-      const auto end = line.find_first_of(" \t=", first);
-      const std::string key = line.substr(first, end == std::string::npos ? std::string::npos : end - first);
-      if (key == "cgroup_parent" || key == "metrics_file" || key == "shutdown") continue;
-    }
+    if (std::find(replaced.begin(), replaced.end(), line_key(line)) != replaced.end()) continue;
     out += line + "\n";
   }
   out += fmt::format("# motor-runner gate: its own cgroup parent, no metrics, kill on SIGTERM\n"
-                     "cgroup_parent = {}\nmetrics_file = \"\"\nshutdown = kill\n",
-                     cgroup_parent);
+                     "cgroup_parent = {}\nmetrics_file = \"\"\nshutdown = kill\n{}",
+                     cgroup_parent, extra);
   if (auto parsed = config::parse_config(out, "gate config"); !parsed) return parsed.error();
   return out;
 }

@@ -20,8 +20,10 @@ struct RunnerPaths {
 };
 
 // The operator's config text with what must differ for a gate run: its own cgroup parent (never
-// the production runner's jobs), no metrics file, kill on SIGTERM.
-Expected<std::string> derived_config(const GateOptions& options, const std::string& cgroup_parent);
+// the production runner's jobs), no metrics file, kill on SIGTERM, and `extra` (a transport's
+// lines: they replace the operator's keys of those names).
+Expected<std::string> derived_config(const GateOptions& options, const std::string& cgroup_parent,
+                                     const std::string& extra = "");
 // `exe serve` on the gate's config, state directory and socket (its pid in `runner` from the
 // fork on, -1 once it exited); waits until the socket answers.
 Status start_runner(const RunnerPaths& paths, const std::string& exe, pid_t& runner);

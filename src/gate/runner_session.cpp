@@ -60,7 +60,9 @@ void read_accepted(const protocol::Message& m, JobResult& r) {
   }
 }
 
-void read_terminal(const protocol::Message& m, JobResult& r) {
+}  // namespace
+
+void read_terminal_record(const protocol::Message& m, JobResult& r) {
   r.have_terminal = true;
   r.terminal_json = m.raw;
   r.outcome = m.outcome;
@@ -72,8 +74,6 @@ void read_terminal(const protocol::Message& m, JobResult& r) {
   bool oom = false;
   if (!parser.parse(r.terminal_json).get(root) && !root["oom_killed"].get_bool().get(oom)) r.oom_killed = oom;
 }
-
-}  // namespace
 
 void set_interrupted() { g_interrupted = 1; }
 bool interrupted() { return g_interrupted != 0; }
@@ -200,7 +200,7 @@ JobResult RunnerSession::run(const JobRequest& rq, int timeout_ms,
       if (!saw_output && on_first_output) on_first_output(r.job_id);
       saw_output = true;
     } else if (m->type == "terminal") {
-      read_terminal(*m, r);
+      read_terminal_record(*m, r);
       return r;
     }
   }

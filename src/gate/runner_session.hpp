@@ -59,6 +59,9 @@ struct JobResult {
   }
 };
 
+// The terminal record's fields (outcome, killed, oom_killed, ...) into `r`.
+void read_terminal_record(const protocol::Message& m, JobResult& r);
+
 class RunnerSession {
  public:
   static Expected<std::unique_ptr<RunnerSession>> connect_socket(const std::string& socket_path);

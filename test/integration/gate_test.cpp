@@ -20,11 +20,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <simdjson.h>
 
 #include "gate/attacks.hpp"
 #include "gate/probes.hpp"
 #include "motor/test_switches.hpp"
+#include "support/gate_fixture.hpp"
 #include "support/runner_harness.hpp"
 
 namespace motor::test {
@@ -48,32 +48,13 @@ const std::vector<std::string> kAttacks = {
 const std::vector<std::string> kOutboundAttacks = {"net-outbound-ranges", "net-outbound-host", "net-outbound-ipv6",
                                                    "net-outbound-dns-private"};
 
-struct GateRun {
+struct GateRun : GateReport {
   CommandResult cmd;
-  std::map<std::string, std::string> result;    // attack id -> result
-  std::map<std::string, std::string> evidence;  // attack id -> evidence
-  std::map<std::string, std::string> checks;    // host check name -> status
-  std::vector<std::string> weakened;            // weakened_controls
-  std::string summary_line;
-  bool passed = false;
-  bool parsed = false;
 };
 
-class Gate : public ::testing::Test {
+class Gate : public GateTest {
  protected:
-  void SetUp() override {
-    MOTOR_REQUIRE(geteuid() == 0, "the gate runs as root (it starts a runner)");
-    MOTOR_REQUIRE(run_program({"/usr/bin/id", "-u", "motor-job"}).exit_code == 0, "the motor-job account is missing");
-    MOTOR_REQUIRE(access("/usr/bin/python3", X_OK) == 0, "the attacks need python3 in the job's toolchain");
-    dir_ = make_temp_dir();
-    ASSERT_FALSE(dir_.empty());
-    chmod(dir_.c_str(), 0711);  // jobs reach their workspace below it
-    cgroup_parent_ = fmt::format("motor-gate-test-{}", getpid());
-  }
-
-  void TearDown() override {
-    if (!dir_.empty()) remove_tree(dir_);
-  }
+  Gate() : GateTest("motor-gate-test") {}
 
   // `motor-runner gate --json` with the test's config; `weaken` runs motor-runner-testing with those
   // --test-weaken switches; `wrapper` is a command line the gate runs under (a network namespace).
@@ -89,37 +70,7 @@ class Gate : public ::testing::Test {
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     GateRun g;
     g.cmd = run_program(argv, {}, std::chrono::seconds(600));
-    simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    if (parser.parse(g.cmd.out).get(root)) return g;
-    simdjson::dom::array attacks, checks;
-    std::string_view s;
-    if (root["attacks"].get_array().get(attacks) || root["host_checks"].get_array().get(checks) ||
-        root["summary"]["line"].get_string().get(s)) {
-      return g;
-    }
-    g.summary_line = std::string(s);
-    simdjson::dom::array weakened;
-    if (root["weakened_controls"].get_array().get(weakened) || root["summary"]["passed"].get_bool().get(g.passed)) return g;
-    for (auto w : weakened) {
-      std::string_view name;
-      if (w.get_string().get(name)) return g;
-      g.weakened.emplace_back(name);
-    }
-    for (auto a : attacks) {
-      std::string_view id, result, evidence;
-      if (a["id"].get_string().get(id) || a["result"].get_string().get(result) || a["evidence"].get_string().get(evidence)) {
-        return g;
-      }
-      g.result[std::string(id)] = std::string(result);
-      g.evidence[std::string(id)] = std::string(evidence);
-    }
-    for (auto c : checks) {
-      std::string_view name, status;
-      if (c["name"].get_string().get(name) || c["status"].get_string().get(status)) return g;
-      g.checks[std::string(name)] = std::string(status);
-    }
-    g.parsed = true;
+    static_cast<GateReport&>(g) = parse_gate_report(g.cmd.out);
     return g;
   }
 
@@ -132,7 +83,6 @@ class Gate : public ::testing::Test {
     EXPECT_TRUE(workspaces.empty()) << workspaces.front();
   }
 
-  std::string dir_, cgroup_parent_;
 };
 
 std::string dump(const GateRun& g) { return g.cmd.out.substr(0, 20000) + "\n--- stderr:\n" + g.cmd.err.substr(0, 4000); }
