@@ -115,9 +115,12 @@ Status reap_now(const CgroupRemains& remains, int wait_ms) {
 CgroupReaper::~CgroupReaper() { reap_all_now(); }
 
 void CgroupReaper::reap_all_now() {
+  // The loop has stopped: a process just killed takes a moment to leave its cgroup (the teardown
+  // of its namespaces runs in its exit, first), so each gets a bounded wait rather than one try.
   for (auto& b : busy_) {
-    std::string error;
-    if (!try_reap(b->remains, error)) log_warning("{}: its cgroup could not be removed: {}", b->remains.what, error);
+    if (auto s = reap_now(b->remains, kShutdownWaitMs); !s) {
+      log_warning("{}: its cgroup could not be removed: {}", b->remains.what, s.error().message);
+    }
   }
   busy_.clear();
   timer_.close();

@@ -54,7 +54,7 @@ void reap_or_leave(CgroupReaper* reaper, CgroupRemains remains);
 class CgroupReaper {
  public:
   explicit CgroupReaper(uv_loop_t* loop) : loop_(loop) {}
-  // One last attempt each (the runner's shutdown); what is left is logged.
+  // reap_all_now() (the runner's shutdown).
   ~CgroupReaper();
   CgroupReaper(const CgroupReaper&) = delete;
   CgroupReaper& operator=(const CgroupReaper&) = delete;
@@ -62,8 +62,10 @@ class CgroupReaper {
   // Tries once at once; a cgroup still busy is watched and retried on the loop.
   void reap(CgroupRemains remains);
   size_t pending() const { return busy_.size(); }
-  // Shutdown: one last attempt each, what is left is logged and dropped.
+  // Shutdown, off the loop: each busy cgroup killed and waited for (kShutdownWaitMs at most
+  // each); what is left is logged and dropped (the next start's recovery removes it).
   void reap_all_now();
+  static constexpr int kShutdownWaitMs = 2000;
 
  private:
   struct Busy {
