@@ -30,7 +30,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: motor-bb-runner --build-directory DIR --listen SOCKET [--outbound-listen SOCKET]\n"
     "                       [--runner-socket SOCKET] [--memory SIZE] [--cpus N]\n"
-    "       motor-bb-runner gate [--config FILE] [--runner PATH] [--json] [--attack ID[,ID]]\n"
+    "       motor-bb-runner gate [--config FILE] [--runner PATH] [--state-dir DIR] [--json] [--attack ID[,ID]]\n"
     "  --build-directory  bb_worker's build directory (the runner's bb_build_directory)\n"
     "  --listen           socket for actions without network (bb_worker's runner endpoint)\n"
     "  --outbound-listen  socket for actions whose platform asks for outbound network\n"
@@ -41,7 +41,7 @@ constexpr const char* kUsage =
     "only if every control held (docs/buildbarn.md, docs/server-gate.md)\n"
     "  --config           the runner's config file (default: the embedded one)\n"
     "  --runner           the motor-runner to start (default: beside this one, else /usr/sbin/motor-runner)\n"
-    "  --json, --attack   as motor-runner gate's\n";
+    "  --state-dir, --json, --attack  as motor-runner gate's\n";
 
 struct Options {
   std::string build_directory, listen, outbound_listen, runner_socket = "/run/motor/motor.sock";
@@ -97,6 +97,7 @@ int gate(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--config") config_path = value;
     else if (flag == "--runner") options.runner_exe = value;
+    else if (flag == "--state-dir") options.state_dir = value;
     else if (flag == "--attack") {
       for (size_t start = 0; start <= value.size();) {
         const size_t comma = std::min(value.find(',', start), value.size());

@@ -525,8 +525,10 @@ constexpr std::array<const char*, 4> kOutboundAttacks = {"net-outbound-ranges", 
                                                           "net-outbound-dns-private"};
 
 // Runs `gate --attack <the outbound attacks>` with outbound enabled on the test uplink, through
-// `motor-runner` (no switch) or `motor-runner-testing --test-weaken=NAME`; each attack's result.
-std::map<std::string, std::string> gate_outbound(const std::string& up, const std::string& weaken = "") {
+// `motor-runner` (no switch) or `motor-runner-testing --test-weaken=NAME`, or (`gate_program`)
+// another gate such as `motor-bb-runner gate --runner motor-runner`; each attack's result.
+std::map<std::string, std::string> gate_outbound(const std::string& up, const std::string& weaken = "",
+                                                 const std::vector<std::string>& gate_program = {}) {
   const std::string dir = make_temp_dir();
   chmod(dir.c_str(), 0711);
   const std::string conf = dir + "/runner.conf";
@@ -535,7 +537,9 @@ std::map<std::string, std::string> gate_outbound(const std::string& up, const st
                                getpid(), up));
   std::vector<std::string> args{weaken.empty() ? MOTOR_RUNNER_BIN : MOTOR_RUNNER_TESTING_BIN};
   if (!weaken.empty()) args.push_back("--test-weaken=" + weaken);
-  for (const char* a : {"gate", "--config", conf.c_str()}) args.push_back(a);
+  args.push_back("gate");
+  if (!gate_program.empty()) args = gate_program;
+  for (const char* a : {"--config", conf.c_str()}) args.push_back(a);
   for (const std::string& a : {std::string("--state-dir"), dir + "/state", std::string("--json"), std::string("--attack"),
                                fmt::format("{}", fmt::join(kOutboundAttacks, ","))})
     args.push_back(a);
@@ -566,6 +570,17 @@ std::map<std::string, std::string> gate_outbound(const std::string& up, const st
 TEST_F(RunnerNetwork, GateOutboundAttacksAreStopped) {
   const auto results = gate_outbound(up_);
   for (const char* id : kOutboundAttacks) EXPECT_EQ(results.count(id) ? results.at(id) : "", "stopped") << id;
+}
+
+// The same attacks sent as bb_worker sends an action whose platform asks for outbound network:
+// a Run on motor-bb-runner's outbound socket (docs/buildbarn.md, "Network").
+TEST_F(RunnerNetwork, GateOutboundAttacksThroughMotorBbRunnerAreStopped) {
+#ifdef MOTOR_BB_RUNNER_BIN
+  const auto results = gate_outbound(up_, "", {MOTOR_BB_RUNNER_BIN, "gate", "--runner", MOTOR_RUNNER_BIN});
+  for (const char* id : kOutboundAttacks) EXPECT_EQ(results.count(id) ? results.at(id) : "", "stopped") << id;
+#else
+  MOTOR_REQUIRE(false, "motor-bb-runner is not built (gRPC's development packages are missing)");
+#endif
 }
 
 // The gate can fail: with one outbound control weakened (motor-runner-testing --test-weaken),
