@@ -40,45 +40,74 @@ constexpr uint32_t kSpawnRequest = 0;       // body: the sandbox and the spec; f
 // namespace, then the cgroup's attach fds and its clone-into fd
 constexpr uint32_t kAdoptRequest = 1;
 
+// ---- a cgroup passed as fds: its attach fds, then its clone-into fd; their counts in the body ----
+
+struct CgroupFds {
+  uint64_t attach = 0;
+  bool clone_into = false;
+  size_t count() const { return attach + (clone_into ? 1 : 0); }
+};
+
+// Appends `cgroup`'s fds to a request's (none for no cgroup).
+CgroupFds append_cgroup_fds(const JobCgroup* cgroup, std::vector<int>& fds) {
+  if (!cgroup) return {};
+  const auto& attach = cgroup->child_attach_fds();
+  fds.insert(fds.end(), attach.begin(), attach.end());
+  const bool clone_into = cgroup->clone_into_fd() >= 0;
+  if (clone_into) fds.push_back(cgroup->clone_into_fd());
+  return {attach.size(), clone_into};
+}
+
+void encode_cgroup_fds(WireWriter& w, CgroupFds c) {
+  w.num(c.attach);
+  w.num(c.clone_into ? 1 : 0);
+}
+
+void decode_cgroup_fds(WireReader& r, CgroupFds& c) {
+  c.attach = r.num();
+  c.clone_into = r.num() != 0;
+}
+
+// The helper's view of the cgroup whose fds begin at `fds[first]`.
+PassedCgroup passed_cgroup(const std::vector<UniqueFd>& fds, size_t first, CgroupFds c) {
+  std::vector<int> attach;
+  for (size_t i = 0; i < c.attach; ++i) attach.push_back(fds[first + i].get());
+  return PassedCgroup(c.clone_into ? fds[first + c.attach].get() : -1, std::move(attach));
+}
+
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
-std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, size_t attach_fds,
-                           bool clone_into) {
+std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, CgroupFds cgroup) {
   WireWriter w;
   encode_sandbox_config(w, box);
   encode_spawn_spec(w, spec);
-  w.num(attach_fds);
-  w.num(clone_into ? 1 : 0);
+  encode_cgroup_fds(w, cgroup);
   return std::move(w.bytes());
 }
 
 struct Request {
   SandboxConfig box;
   SpawnSpec spec;
-  uint64_t attach_fds = 0;
-  bool clone_into = false;
+  CgroupFds cgroup;
 };
 
 bool decode_request(const std::string& body, Request& q) {
   WireReader r(body);
   if (!decode_sandbox_config(r, q.box) || !decode_spawn_spec(r, q.spec)) return false;
-  q.attach_fds = r.num();
-  q.clone_into = r.num() != 0;
+  decode_cgroup_fds(r, q.cgroup);
   return r.ok() && r.at_end();
 }
 
 struct AdoptRequest {
   pid_t pid = -1;
-  uint64_t attach_fds = 0;
-  bool clone_into = false;
+  CgroupFds cgroup;
   std::vector<LateBind> binds;
 };
 
-std::string encode_adopt(pid_t pid, size_t attach_fds, bool clone_into, const std::vector<LateBind>& binds) {
+std::string encode_adopt(pid_t pid, CgroupFds cgroup, const std::vector<LateBind>& binds) {
   WireWriter w;
   w.num(static_cast<uint64_t>(pid));
-  w.num(attach_fds);
-  w.num(clone_into ? 1 : 0);
+  encode_cgroup_fds(w, cgroup);
   w.num(binds.size());
   for (const LateBind& b : binds) {
     w.str(b.source);
@@ -91,10 +120,9 @@ std::string encode_adopt(pid_t pid, size_t attach_fds, bool clone_into, const st
 bool decode_adopt(const std::string& body, AdoptRequest& q) {
   WireReader r(body);
   q.pid = static_cast<pid_t>(r.num());
-  q.attach_fds = r.num();
-  q.clone_into = r.num() != 0;
+  decode_cgroup_fds(r, q.cgroup);
   const uint64_t count = r.num();
-  if (!r.ok() || count > kMaxFds || q.attach_fds > kMaxFds) return false;
+  if (!r.ok() || count > kMaxFds || q.cgroup.attach > kMaxFds) return false;
   q.binds.resize(count);
   for (LateBind& b : q.binds) {
     b.source = r.str();
@@ -215,14 +243,12 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     const uint64_t received_ns = monotonic_ns();
     if (word == kAdoptRequest) {
       AdoptRequest a;
-      if (!decode_adopt(body, a) || fds.size() != 1 + a.attach_fds + (a.clone_into ? 1 : 0)) {
+      if (!decode_adopt(body, a) || fds.size() != 1 + a.cgroup.count()) {
         reply_error(sock, "job starter: malformed request");
         continue;
       }
       // Into the job's cgroup first: from then on its limits hold and its kill reaches it.
-      std::vector<int> attach;
-      for (size_t i = 0; i < a.attach_fds; ++i) attach.push_back(fds[1 + i].get());
-      PassedCgroup cgroup(a.clone_into ? fds.back().get() : -1, std::move(attach));
+      PassedCgroup cgroup = passed_cgroup(fds, 1, a.cgroup);
       if (auto s = cgroup.adopt(a.pid); !s) {
         reply_error(sock, s.error().message);
         continue;
@@ -240,17 +266,13 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     }
     Request q;
     // The fds: stdin, stdout, stderr, the cgroup's attach fds, its clone-into fd, the egress namespace.
-    if (word != kSpawnRequest || !decode_request(body, q) || q.attach_fds > kMaxFds ||
-        fds.size() != 3 + q.attach_fds + (q.clone_into ? 1 : 0) + (q.box.network ? 1 : 0)) {
+    if (word != kSpawnRequest || !decode_request(body, q) || q.cgroup.attach > kMaxFds ||
+        fds.size() != 3 + q.cgroup.count() + (q.box.network ? 1 : 0)) {
       reply_error(sock, "job starter: malformed request");
       continue;
     }
-    const size_t clone_into_at = 3 + q.attach_fds;
-    const size_t egress_at = clone_into_at + (q.clone_into ? 1 : 0);
-    std::vector<int> attach;
-    for (size_t i = 0; i < q.attach_fds; ++i) attach.push_back(fds[3 + i].get());
-    PassedCgroup cgroup(q.clone_into ? fds[clone_into_at].get() : -1, std::move(attach));
-    if (q.box.network) use_egress_namespace(*q.box.network, fds[egress_at].get());
+    PassedCgroup cgroup = passed_cgroup(fds, 3, q.cgroup);
+    if (q.box.network) use_egress_namespace(*q.box.network, fds[3 + q.cgroup.count()].get());
     q.spec.stdin_fd = fds[0].get();
     q.spec.stdout_fd = fds[1].get();
     q.spec.stderr_fd = fds[2].get();
@@ -361,16 +383,9 @@ void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup,
   if (!running()) return done(make_error("io", "the job starter is not running"));
   if (mount_ns < 0) return done(make_error("io", "the sandbox sent no mount namespace"));
   std::vector<int> fds = {mount_ns};
-  size_t attach = 0;
-  bool clone_into = false;
-  if (cgroup) {
-    attach = cgroup->child_attach_fds().size();
-    fds.insert(fds.end(), cgroup->child_attach_fds().begin(), cgroup->child_attach_fds().end());
-    clone_into = cgroup->clone_into_fd() >= 0;
-    if (clone_into) fds.push_back(cgroup->clone_into_fd());
-  }
+  const CgroupFds passed = append_cgroup_fds(cgroup, fds);
   if (fds.size() > kMaxFds) return done(make_error("internal", "too many fds for the job starter"));
-  if (!send_message(sock_.get(), kAdoptRequest, encode_adopt(pid, attach, clone_into, binds), fds)) {
+  if (!send_message(sock_.get(), kAdoptRequest, encode_adopt(pid, passed, binds), fds)) {
     const std::string why = std::strerror(errno);
     fail_all("the job starter is gone: " + why);
     return done(make_error("io", "the job starter is gone: " + why));
@@ -383,13 +398,10 @@ void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup,
 Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec) {
   if (!spec.cgroup) return make_error("internal", "spawn needs the job's cgroup");
   std::vector<int> fds = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
-  const auto& attach = spec.cgroup->child_attach_fds();
-  fds.insert(fds.end(), attach.begin(), attach.end());
-  const bool clone_into = spec.cgroup->clone_into_fd() >= 0;
-  if (clone_into) fds.push_back(spec.cgroup->clone_into_fd());
+  const CgroupFds passed = append_cgroup_fds(spec.cgroup, fds);
   if (box.network) fds.push_back(box.network->egress_netns_fd);  // the helper does not hold it
   if (fds.size() > kMaxFds) return make_error("internal", "too many fds for the job starter");
-  if (!send_message(sock_.get(), kSpawnRequest, encode_request(box, spec, attach.size(), clone_into), fds)) {
+  if (!send_message(sock_.get(), kSpawnRequest, encode_request(box, spec, passed), fds)) {
     const std::string why = std::strerror(errno);
     fail_all("the job starter is gone: " + why);
     return make_error("io", "the job starter is gone: " + why);

@@ -35,15 +35,6 @@ bool holds_something_under(const SandboxConfig& box, const std::string& dir) {
   return false;
 }
 
-Status check_source(const std::string& path, const std::string& what) {
-  if (auto st = validate_absolute_path(path, what); !st) return st;
-  if (auto st = check_no_symlink_parents(path, what); !st) return st;
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) return sys_error(what + " " + path);
-  if (!S_ISDIR(st.st_mode)) return make_error("config", what + " " + path + " is not a directory");
-  return {};
-}
-
 // The source as a detached copy of its mount tree, with the bind's attributes, private.
 int capture(const LateBind& bind, UniqueFd& tree) {
   UniqueFd source(open_no_symlinks(AT_FDCWD, bind.source.c_str(), O_PATH | O_DIRECTORY, 0));
@@ -82,11 +73,11 @@ Expected<std::vector<LateBind>> late_binds(const SandboxConfig& built, const San
   if (holds_something_under(built, built.workspace.target)) {
     return make_error("config", "the sandbox mounts something inside the workspace");
   }
-  if (auto st = check_source(job.workspace.source, "workspace"); !st) return st.error();
+  if (auto st = host_bind_directory(job.workspace.source, "workspace"); !st) return st.error();
   binds.push_back({job.workspace.source, built.workspace.target, workspace_bind_attrs()});
   if (!job.tmp_source.empty()) {
     if (holds_something_under(built, "/tmp")) return make_error("config", "the sandbox mounts something inside /tmp");
-    if (auto st = check_source(job.tmp_source, "tmp source"); !st) return st.error();
+    if (auto st = host_bind_directory(job.tmp_source, "tmp source"); !st) return st.error();
     binds.push_back({job.tmp_source, "/tmp", host_tmp_bind_attrs()});
   }
   return binds;

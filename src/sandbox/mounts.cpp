@@ -190,6 +190,23 @@ Status check_no_symlink_parents(const std::string& path, const std::string& what
   return {};
 }
 
+Expected<bool> host_bind_source(const std::string& path, const std::string& what) {
+  if (auto st = validate_absolute_path(path, what); !st) return st.error();
+  if (auto st = check_no_symlink_parents(path, what); !st) return st.error();
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return sys_error(what + " " + path);
+  if (S_ISDIR(st.st_mode)) return true;
+  if (S_ISREG(st.st_mode)) return false;
+  return make_error("config", what + " " + path + " is neither a directory nor a regular file");
+}
+
+Status host_bind_directory(const std::string& path, const std::string& what) {
+  auto is_dir = host_bind_source(path, what);
+  if (!is_dir) return is_dir.error();
+  if (!*is_dir) return make_error("config", what + " " + path + " is not a directory");
+  return {};
+}
+
 // An op of `kind` at `target` (its parents and last component split out), named `stage`.
 static MountOp op_at(MountOpKind kind, const std::string& target, std::string stage) {
   MountOp op;

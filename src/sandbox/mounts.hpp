@@ -61,6 +61,11 @@ Status validate_absolute_path(const std::string& path, const std::string& what);
 std::vector<std::string> path_components(const std::string& path);
 // Refuses a host path with a symlink in any component but the last (lstat in the parent).
 Status check_no_symlink_parents(const std::string& path, const std::string& what);
+// A host path a bind takes: absolute, no symlink in any component, and a directory (true) or a
+// regular file (false); anything else is a config error naming `what`.
+Expected<bool> host_bind_source(const std::string& path, const std::string& what);
+// The same, for a bind that must be a directory.
+Status host_bind_directory(const std::string& path, const std::string& what);
 
 MountOp bind_op(const std::string& source, const std::string& target, bool is_dir, uint64_t attr_set,
                 const std::string& stage);

@@ -55,19 +55,8 @@ bool safe_passwd_field(const std::string& s) {
   return s.find_first_of(":\n") == std::string::npos && s.find('\0') == std::string::npos;
 }
 
-// A host path that must exist as a directory (or a regular file) and is no symlink.
-Expected<bool> host_source(const std::string& path, const std::string& what) {
-  if (auto st = validate_absolute_path(path, what); !st) return st.error();
-  if (auto st = check_no_symlink_parents(path, what); !st) return st.error();
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) return sys_error(what + " " + path);
-  if (S_ISDIR(st.st_mode)) return true;
-  if (S_ISREG(st.st_mode)) return false;
-  return make_error("config", what + " " + path + " is neither a directory nor a regular file");
-}
-
 Status add_bind(MountPlan& plan, const BindMount& bind, uint64_t attrs, const std::string& what) {
-  auto is_dir = host_source(bind.source, what);
+  auto is_dir = host_bind_source(bind.source, what);
   if (!is_dir) return is_dir.error();
   const std::string target = bind.target.empty() ? bind.source : bind.target;
   if (auto st = check_bind_target(target, what); !st) return st;
@@ -85,9 +74,7 @@ Status add_bind(MountPlan& plan, const BindMount& bind, uint64_t attrs, const st
 // A shared directory under a private writable layer (sandbox/overlay.hpp).
 Status add_overlay(MountPlan& plan, const BindMount& bind, uint64_t upper_bytes) {
   const std::string what = "overlaid path";
-  auto is_dir = host_source(bind.source, what);
-  if (!is_dir) return is_dir.error();
-  if (!*is_dir) return make_error("config", what + " " + bind.source + " is not a directory");
+  if (auto st = host_bind_directory(bind.source, what); !st) return st;
   const std::string target = bind.target.empty() ? bind.source : bind.target;
   if (auto st = check_bind_target(target, what); !st) return st;
   plan.ops.push_back(overlay_op(bind.source, target, upper_bytes));
@@ -221,9 +208,7 @@ Status add_tmp(MountPlan& mounts, const SandboxConfig& config) {
                                        kWritable, false));
     return {};
   }
-  auto is_dir = host_source(config.tmp_source, "tmp source");
-  if (!is_dir) return is_dir.error();
-  if (!*is_dir) return make_error("config", "tmp source " + config.tmp_source + " is not a directory");
+  if (auto st = host_bind_directory(config.tmp_source, "tmp source"); !st) return st;
   mounts.ops.push_back(bind_op(config.tmp_source, "/tmp", true, host_tmp_bind_attrs(), "bind the host tmp directory"));
   return {};
 }
