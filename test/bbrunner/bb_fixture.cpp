@@ -112,6 +112,7 @@ RunOutcome BbFarm::run(const buildbarn::runner::RunRequest& request, std::chrono
   out.stderr_text = read_file(build_dir_ + "/" + request.stderr_path());
   for (const auto& any : out.reply.resource_usage()) {
     if (any.UnpackTo(&out.usage)) out.has_usage = true;
+    if (any.UnpackTo(&out.motor_job)) out.has_motor_job = true;
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "motor_job.pb.h"
 #include "resourceusage.pb.h"
 #include "runner.grpc.pb.h"
 #include "support/runner_harness.hpp"
@@ -36,6 +37,9 @@ struct RunOutcome {
   // The POSIXResourceUsage in the reply (default if none).
   buildbarn::resourceusage::POSIXResourceUsage usage;
   bool has_usage = false;
+  // The Motor job record beside it (motor_job.proto).
+  motor::bbrunner::MotorJob motor_job;
+  bool has_motor_job = false;
 };
 
 class BbFarm {

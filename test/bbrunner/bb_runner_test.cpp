@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "bbrunner/bb_fixture.hpp"
+#include "protocol/messages.hpp"
 
 namespace motor::test {
 namespace {
@@ -71,6 +72,11 @@ TEST_F(BbRunner, AnActionRunsInItsInputRootWithOutputsLeftWhereItWroteThem) {
   EXPECT_GT(out.usage.maximum_resident_set_size(), 0);
   EXPECT_TRUE(out.usage.has_user_time() || out.usage.has_system_time());
   EXPECT_EQ(out.usage.termination_signal(), "");
+  // The Motor job behind the action, for bb_worker's auxiliary metadata.
+  ASSERT_TRUE(out.has_motor_job) << "no MotorJob in the reply";
+  EXPECT_TRUE(protocol::is_job_id(out.motor_job.job_id())) << out.motor_job.job_id();
+  EXPECT_NE(out.motor_job.terminal_record().find("\"type\":\"terminal\""), std::string::npos) << out.motor_job.terminal_record();
+  EXPECT_NE(out.motor_job.terminal_record().find(out.motor_job.job_id()), std::string::npos) << out.motor_job.terminal_record();
 }
 
 TEST_F(BbRunner, FailuresAndSignalsAreReportedAsBbRunnerDoes) {
@@ -109,6 +115,8 @@ TEST_F(BbRunner, AnActionOverItsMemoryIsKilled) {
   EXPECT_EQ(out.stdout_text, "");
   EXPECT_LE(out.usage.maximum_resident_set_size(), int64_t{256} << 20);
   EXPECT_GT(out.usage.maximum_resident_set_size(), int64_t{64} << 20);
+  ASSERT_TRUE(out.has_motor_job) << "no MotorJob in the reply";
+  EXPECT_NE(out.motor_job.terminal_record().find("\"oom_killed\":true"), std::string::npos) << out.motor_job.terminal_record();
 }
 
 TEST_F(BbRunner, AnActionPastItsDeadlineIsKilledWithEverythingItStarted) {
