@@ -9,10 +9,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <future>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +18,7 @@
 #include <simdjson.h>
 
 #include "bbrunner/runner_link.hpp"
+#include "gate/attack_steps.hpp"
 #include "motor/sys_error.hpp"
 #include "motor_job.pb.h"
 #include "protocol/messages.hpp"
@@ -50,13 +49,6 @@ constexpr std::pair<std::string_view, std::string_view> kNotApplicable[] = {
     {"scan-fifo", "no input root is scanned for changes: bb_worker collects an action's outputs itself"},
     {"scan-memory", "no input root is scanned for changes: bb_worker collects an action's outputs itself"},
 };
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool has_bytes(const std::string& path) {
   struct stat st {};
@@ -190,7 +182,7 @@ Expected<BbWorkerTransport::Server*> BbWorkerTransport::server_for(const std::st
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       server->pid = -1;
-      return make_error("unavailable", "motor-bb-runner exited at start: " + read_text(server->log).substr(0, 1000));
+      return make_error("unavailable", "motor-bb-runner exited at start: " + gate::read_host(server->log).substr(0, 1000));
     }
     struct stat a {}, b {};
     if (stat(offline.c_str(), &a) == 0 && stat(outbound.c_str(), &b) == 0) {
@@ -206,7 +198,7 @@ Expected<BbWorkerTransport::Server*> BbWorkerTransport::server_for(const std::st
     }
     std::this_thread::sleep_for(10ms);
   }
-  return make_error("unavailable", "motor-bb-runner did not listen within 10 s: " + read_text(server->log).substr(0, 1000));
+  return make_error("unavailable", "motor-bb-runner did not listen within 10 s: " + gate::read_host(server->log).substr(0, 1000));
 }
 
 Expected<std::string> BbWorkerTransport::input_root(const std::string& key) {
@@ -295,8 +287,8 @@ gate::JobResult BbWorkerTransport::run(const gate::JobRequest& rq, int timeout_m
     if (gate::interrupted() || std::chrono::steady_clock::now() > give_up) ctx.TryCancel();
   }
   const grpc::Status status = call.get();
-  r.out = read_text(dir + "/stdout");
-  r.err = read_text(dir + "/stderr");
+  r.out = gate::read_host(dir + "/stdout");
+  r.err = gate::read_host(dir + "/stderr");
   read_reply(status, reply, r);
   return r;
 }

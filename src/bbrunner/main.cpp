@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <optional>
@@ -99,19 +98,12 @@ int gate(int argc, char** argv) {
     else if (flag == "--runner") options.runner_exe = value;
     else if (flag == "--state-dir") options.state_dir = value;
     else if (flag == "--attack") {
-      for (size_t start = 0; start <= value.size();) {
-        const size_t comma = std::min(value.find(',', start), value.size());
-        if (comma > start) options.attacks.push_back(value.substr(start, comma - start));
-        start = comma + 1;
+      if (auto s = motor::gate::add_attack_list(value, options.attacks); !s) {
+        return std::fprintf(stderr, "motor-bb-runner gate: %s\n", s.error().message.c_str()), kUsageError;
       }
     } else {
       return std::fprintf(stderr, "motor-bb-runner gate: unknown option %s\n", flag.c_str()), kUsageError;
     }
-  }
-  const auto known = motor::gate::attack_ids();
-  for (const auto& id : options.attacks) {
-    if (std::find(known.begin(), known.end(), id) == known.end())
-      return std::fprintf(stderr, "motor-bb-runner gate: --attack: no attack %s\n", id.c_str()), kUsageError;
   }
   const std::string self = motor::gate::self_exe();
   if (options.runner_exe.empty()) {

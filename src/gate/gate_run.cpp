@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gate/attack_steps.hpp"
 #include "gate/gate_report.hpp"
@@ -417,6 +418,22 @@ std::vector<std::string> attack_ids() {
   std::vector<std::string> ids;
   for (const auto& a : attack_catalogue()) ids.emplace_back(a.id);
   return ids;
+}
+
+Status add_attack_list(std::string_view list, std::vector<std::string>& attacks) {
+  const auto known = attack_ids();
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) {
+      std::string id(list.substr(start, comma - start));
+      if (std::find(known.begin(), known.end(), id) == known.end()) {
+        return make_error("usage", fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
+      }
+      attacks.push_back(std::move(id));
+    }
+    start = comma + 1;
+  }
+  return {};
 }
 
 int run_gate(const config::Config& config, const GateOptions& options) {

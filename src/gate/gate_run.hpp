@@ -9,10 +9,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.hpp"
 #include "gate/job_transport.hpp"
+#include "motor/expected.hpp"
 
 namespace motor::gate {
 
@@ -30,6 +32,10 @@ struct GateOptions {
 
 // Every attack id of the catalogue, in the order the gate runs them.
 std::vector<std::string> attack_ids();
+
+// --attack's value (a comma list; the flag may repeat) onto `attacks`; an unknown id is an error
+// that lists the ids.
+Status add_attack_list(std::string_view list, std::vector<std::string>& attacks);
 
 // Returns the process exit code: 0 when every check passed, nothing got through, nothing was
 // inconclusive and nothing was skipped without a host-level reason; 1 otherwise; 2 when the gate

@@ -99,19 +99,10 @@ int run_gate_verb(const motor::cli::ParsedCommand& cmd, const motor::config::Con
   if (origin != motor::config::kEmbeddedConfigOrigin) gate.config_path = origin;
   if (const std::string* dir = cmd.value("--state-dir")) gate.state_dir = *dir;
   gate.json = cmd.has("--json");
-  const auto known = motor::gate::attack_ids();
   if (cmd.has("--attack")) {
     for (const auto& list : cmd.values.at("--attack")) {
-      for (size_t start = 0; start <= list.size();) {
-        const size_t comma = std::min(list.find(',', start), list.size());
-        if (comma > start) gate.attacks.push_back(list.substr(start, comma - start));
-        start = comma + 1;
-      }
+      if (auto s = motor::gate::add_attack_list(list, gate.attacks); !s) return usage_error(s.error().message);
     }
-  }
-  for (const auto& id : gate.attacks) {
-    if (std::find(known.begin(), known.end(), id) == known.end())
-      return usage_error(fmt::format("--attack: no attack {} (the attacks: {})", id, fmt::join(known, ",")));
   }
   return motor::gate::run_gate(config, gate);
 }

@@ -10,8 +10,8 @@
 // The helper clones with CLONE_PARENT: the job is the runner's child, and the runner waits on
 // its pidfd exactly as before. The runner creates the job's cgroup and pipes and passes their
 // fds (SCM_RIGHTS), and for an outbound job the fd of its egress network namespace (the veth's
-// far end is made there); the helper answers with the pid, the pidfd and the setup-status pipe (and a sandbox
-// built ahead's mount namespace).
+// far end is made there); the helper answers with the pid, the pidfd and the setup-status pipe
+// (and a sandbox built ahead's mount namespace).
 // Without the helper (it failed to start or died) the runner spawns in process: the same
 // sandbox, only slower.
 #pragma once

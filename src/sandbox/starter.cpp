@@ -33,8 +33,8 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
     spawned->times.cloned_ns = monotonic_ns();
     if (hooks.stamps) spawned->times.child = *hooks.stamps;  // written by a child that shared our memory
     if (ns_ours) {
-      // Without it the sandbox is still a sandbox, only not one a job can be put into: the
-      // failure shows when it is handed out (late_binds' "no mount namespace").
+      // Without it the sandbox is still a sandbox, only not one a job can be put into:
+      // adopt_sandbox refuses it ("the sandbox sent no mount namespace").
       if (auto ns = receive_mount_namespace(ns_ours.get())) spawned->mount_ns = std::move(*ns);
     }
   }
