@@ -5,10 +5,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -30,6 +33,19 @@ bool run_until(uv_loop_t* loop, const std::function<bool()>& done, uint64_t ms) 
   return done();
 }
 
+// Does a Unix stream socket at `path` accept a connection now?
+bool accepts_connections(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
 class SdBusLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -46,8 +62,11 @@ class SdBusLoopTest : public ::testing::Test {
             ("--address=" + address_).c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
-    for (int i = 0; i < 500 && access(socket.c_str(), F_OK) != 0; ++i) usleep(10000);
-    ASSERT_EQ(access(socket.c_str(), F_OK), 0) << "dbus-daemon did not listen";
+    // The socket file appears when dbus-daemon binds it, a moment before it listens: wait until a
+    // connection is accepted (a peer connecting in that moment was refused, once, in CI).
+    bool listening = false;
+    for (int i = 0; i < 500 && !(listening = accepts_connections(socket)); ++i) usleep(10000);
+    ASSERT_TRUE(listening) << "dbus-daemon did not listen on " << socket;
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     loop_ready_ = true;
   }
