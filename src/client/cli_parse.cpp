@@ -275,9 +275,9 @@ from the checkout's path), then runs in the same directory relative to its root;
 skips that. A transfer shows its progress when stdout is a terminal.
 
 The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. --host (or $MOTOR_HOST)
-reaches a runner on another host through OpenSSH and a reused control master; $MOTOR_SSH_COMMAND
-replaces `ssh` and its options (docs/remote-callers.md). Options may come before or after other
-arguments. SIZE takes K, M or G (powers of 1024).
+reaches a runner on another host through OpenSSH and a reused control master, later calls on a
+session a keeper opened beforehand ($MOTOR_SSH_SPARE=0: none); $MOTOR_SSH_COMMAND replaces `ssh`
+and its options (docs/remote-callers.md). Options may come before or after other arguments. SIZE takes K, M or G (powers of 1024).
 
 `run` streams the job's stdout and stderr and exits with the job's status: its exit code; 128+N
 for signal N; 124 if killed at its deadline; 130 if cancelled (Ctrl-C cancels the job); 75 if

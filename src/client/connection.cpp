@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "client/ssh_spare.hpp"
 #include "motor/sys_error.hpp"
 #include "motor/version.hpp"
 
@@ -35,12 +36,33 @@ Expected<Connection> Connection::open(const std::string& socket_path) {
 
 Expected<Connection> Connection::open(const Endpoint& endpoint, const char* ssh_command) {
   if (!endpoint.ssh) return open(endpoint.socket_path);
-  auto c = open_ssh(*endpoint.ssh, ssh_command);
-  if (c) return c;
+  const SshTarget& target = *endpoint.ssh;
+  const std::string command = ssh_command ? ssh_command : "";
+  const std::string control_path = spare_sessions_enabled() ? SshSession::control_path_for(target, command) : "";
+  bool keeper_answered = false;
+  if (!control_path.empty()) {
+    auto spare = take_spare_session(spare_keeper_path(control_path));
+    keeper_answered = spare.keeper_answered;
+    if (spare.session) {
+      if (auto c = from_spare(target, std::move(spare.session))) return std::move(*c);
+    }
+  }
+  auto c = open_ssh(target, ssh_command);
   // Ended before the runner spoke, perhaps on a dead or stuck control master: once more on a new
   // one. (A socket file nobody listens on ssh replaces by itself.)
-  if (c.error().code != "unreachable") return c;
-  return open_ssh(*endpoint.ssh, ssh_command);
+  if (!c && c.error().code == "unreachable") c = open_ssh(target, ssh_command);
+  if (c && !control_path.empty() && !keeper_answered) start_spare_keeper(target, command, control_path);
+  return c;
+}
+
+std::optional<Connection> Connection::from_spare(const SshTarget& target, UniqueFd stream) {
+  Connection c(std::move(stream));
+  c.remote_host_ = target.host;
+  // runner.hello first, as on a session of its own: nothing that changes anything is sent on a
+  // spare before the runner answered on it. One that ended or hangs (its master stopped) is
+  // dropped; the call's own session then finds out why, and replaces the master if need be.
+  if (auto st = c.hello(std::chrono::seconds(5)); !st) return std::nullopt;
+  return c;
 }
 
 Expected<Connection> Connection::open_ssh(const SshTarget& target, const char* ssh_command) {
@@ -49,6 +71,7 @@ Expected<Connection> Connection::open_ssh(const SshTarget& target, const char* s
   if (!session) return session.error();
   Connection c(std::move(socket));
   c.ssh_ = std::make_unique<SshSession>(std::move(*session));
+  c.remote_host_ = target.host;
   // Covers ssh's own ConnectTimeout (10 s) and a login; a master that never answers ends here.
   if (auto st = c.hello(std::chrono::seconds(20)); !st) {
     if (st.error().code == "timeout" || st.error().code == kHostUnreachable || st.error().code == kNotBridged) {
@@ -66,7 +89,7 @@ Expected<Connection> Connection::open_ssh(const SshTarget& target, const char* s
 // the ids and replies the caller sees are the same as on a local socket.
 Status Connection::hello(std::chrono::milliseconds limit) {
   if (auto s = send_raw(R"({"id":0,"method":"runner.hello","params":{}})"); !s) {
-    return s.error().code == "unreachable" ? ssh_->ended(false) : s.error();
+    return s.error().code == "unreachable" ? stream_ended() : s.error();
   }
   if (auto st = fill(nullptr, limit); !st) return st.error();
   std::string frame = std::move(frames_.front());
@@ -74,7 +97,7 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   auto m = protocol::parse_message(parser_, frame);
   if (!m) return make_error(kNotBridged, "the host's motor-runner connect sent a message this client cannot read");
   if (auto refusal = as_refusal(*m)) return *refusal;
-  const std::string& host = ssh_->target().host;
+  const std::string& host = remote_host_;
   if (m->kind == protocol::Message::Kind::kError && m->error_message.find("unknown method") != std::string::npos) {
     return make_error(kRunnerTooOld, fmt::format("the runner on {} is too old for this client (runner.hello: {}); ask its "
                                                  "operator to upgrade motor-runner",
@@ -147,6 +170,7 @@ Expected<int64_t> Connection::request(std::string_view method, std::string_view 
 
 Error Connection::stream_ended() {
   if (ssh_) return ssh_->ended(runner_answered_);
+  if (!remote_host_.empty()) return make_error("unreachable", fmt::format("lost the SSH session to {}", remote_host_));
   return make_error("unreachable", "the runner closed the connection");
 }
 

@@ -23,8 +23,8 @@ namespace motor::client {
 class Connection {
  public:
   static Expected<Connection> open(const std::string& socket_path);
-  // The socket, or over SSH: starts the session (riding or starting the control master, replacing
-  // a dead one) and asks runner.hello (request id 0, its reply not shown), so that a host that is
+  // The socket, or over SSH: takes a spare session from the keeper (ssh_spare.hpp) or starts one
+  // (riding or starting the control master, replacing a dead one), and asks runner.hello (request id 0, its reply not shown), so that a host that is
   // not reachable, a refused key, an account without the bridge, a runner down behind SSH or too
   // old fail here, each with its own error code (ssh_session.hpp). `ssh_command`:
   // $MOTOR_SSH_COMMAND.
@@ -51,6 +51,8 @@ class Connection {
  private:
   explicit Connection(UniqueFd fd) : fd_(std::move(fd)) {}
   static Expected<Connection> open_ssh(const SshTarget& target, const char* ssh_command);
+  // A spare session's stream, once it answered runner.hello; nullopt sends the call its own way.
+  static std::optional<Connection> from_spare(const SshTarget& target, UniqueFd stream);
   Status hello(std::chrono::milliseconds limit);
   // Reads frames into frames_ until there is one; `limit` < 0: no limit. Errors: the stream
   // ended ("unreachable", or over SSH why), a broken frame ("protocol"), "interrupted", "timeout".
@@ -60,7 +62,8 @@ class Connection {
   std::optional<Error> queued_refusal();
   static std::optional<Error> as_refusal(const protocol::Message& m);
   // Declared before fd_, so destroyed after it: the socket closes first, ssh sees EOF and exits.
-  std::unique_ptr<SshSession> ssh_;
+  std::unique_ptr<SshSession> ssh_;  // null on a spare session (the keeper's ssh) and locally
+  std::string remote_host_;          // over SSH: the host, for messages
   bool runner_answered_ = false;
   UniqueFd fd_;
   protocol::FrameDecoder decoder_;

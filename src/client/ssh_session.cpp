@@ -38,7 +38,7 @@ std::string control_name(const SshTarget& t, const std::string& ssh_command) {
 }
 
 std::vector<std::string> ssh_argv(const SshTarget& t, const std::string& ssh_command, const std::string& control_path,
-                                  const std::vector<std::string>& tail) {
+                                  const std::vector<std::string>& tail, MasterUse master = MasterUse::kRideOrStart) {
   std::vector<std::string> argv;
   if (ssh_command.empty()) {
     argv = {"ssh"};
@@ -58,7 +58,11 @@ std::vector<std::string> ssh_argv(const SshTarget& t, const std::string& ssh_com
   for (const char* o : {"BatchMode=yes", "ConnectTimeout=10", "ServerAliveInterval=15", "ServerAliveCountMax=3"}) {
     argv.insert(argv.end(), {"-o", o});
   }
-  if (!control_path.empty()) {
+  if (!control_path.empty() && master == MasterUse::kRideOnly) {
+    // ControlMaster=no still logs in directly when no master answers; a ProxyCommand that fails
+    // at once stops that (a session riding a master never runs it).
+    argv.insert(argv.end(), {"-o", "ControlMaster=no", "-o", "ControlPath=" + control_path, "-o", "ProxyCommand=/bin/false"});
+  } else if (!control_path.empty()) {
     argv.insert(argv.end(), {"-o", "ControlMaster=auto", "-o", "ControlPath=" + control_path, "-o", kControlPersist});
   }
   if (t.port != 0) argv.insert(argv.end(), {"-p", std::to_string(t.port)});
@@ -142,11 +146,18 @@ std::string control_socket_dir() {
   return dir;
 }
 
-Expected<SshSession> SshSession::start(const SshTarget& target, const char* ssh_command, UniqueFd& socket) {
+std::string SshSession::control_path_for(const SshTarget& target, const std::string& ssh_command) {
+  const std::string dir = control_socket_dir();
+  return dir.empty() ? "" : dir + "/" + control_name(target, ssh_command);
+}
+
+Expected<SshSession> SshSession::start(const SshTarget& target, const char* ssh_command, UniqueFd& socket,
+                                       MasterUse master) {
   SshSession s;
   s.target_ = target;
   s.ssh_command_ = ssh_command ? ssh_command : "";
-  if (const std::string dir = control_socket_dir(); !dir.empty()) s.control_path_ = dir + "/" + control_name(target, s.ssh_command_);
+  s.control_path_ = control_path_for(target, s.ssh_command_);
+  if (master == MasterUse::kRideOnly && s.control_path_.empty()) return make_error("unavailable", "no control socket directory");
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
   UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -154,7 +165,8 @@ Expected<SshSession> SshSession::start(const SshTarget& target, const char* ssh_
   if (!s.stderr_) return sys_error("memfd_create");
   // -T: no terminal; -a, -x: nothing of the caller's forwarded. The command is what the key's
   // forced command expects (motor-runner connect checks it).
-  const auto argv = ssh_argv(target, s.ssh_command_, s.control_path_, {"-T", "-a", "-x", "--", target.host, "motor-runner connect"});
+  const auto argv =
+      ssh_argv(target, s.ssh_command_, s.control_path_, {"-T", "-a", "-x", "--", target.host, "motor-runner connect"}, master);
   s.pid_ = spawn(argv, theirs.get(), s.stderr_.get());
   if (s.pid_ < 0) return sys_error("fork");
   socket = std::move(mine);
@@ -179,6 +191,13 @@ SshSession& SshSession::operator=(SshSession&& o) noexcept {
 }
 
 SshSession::~SshSession() { reap(false); }
+
+bool SshSession::exited() {
+  if (pid_ <= 0) return true;
+  const pid_t w = waitpid(pid_, &status_, WNOHANG);
+  if (w == pid_ || (w < 0 && errno == ECHILD)) pid_ = -1;
+  return pid_ <= 0;
+}
 
 void SshSession::reap(bool terminate) {
   if (pid_ <= 0) return;

@@ -20,11 +20,19 @@ inline constexpr const char* kNotBridged = "not_bridged";            // 77: logg
 inline constexpr const char* kRunnerDown = "runner_down";            // 75: the bridge ran but no runner listens behind it
 inline constexpr const char* kRunnerTooOld = "runner_too_old";       // 69: the runner does not speak this client's protocol
 
+// How a session uses the control master: a call starts one if none answers; a spare session
+// (ssh_spare.hpp) only rides one that is up, and fails rather than log in by itself.
+enum class MasterUse { kRideOrStart, kRideOnly };
+
 class SshSession {
  public:
   // Starts ssh; `socket` receives the client's end of the pair. `ssh_command` is
   // $MOTOR_SSH_COMMAND (null or empty: plain `ssh`).
-  static Expected<SshSession> start(const SshTarget& target, const char* ssh_command, UniqueFd& socket);
+  static Expected<SshSession> start(const SshTarget& target, const char* ssh_command, UniqueFd& socket,
+                                    MasterUse master = MasterUse::kRideOrStart);
+  // The control socket sessions to `target` with `ssh_command` ride, or "" when there is no
+  // runtime directory for it (control_socket_dir).
+  static std::string control_path_for(const SshTarget& target, const std::string& ssh_command);
   SshSession(SshSession&& other) noexcept;
   SshSession& operator=(SshSession&& other) noexcept;
   SshSession(const SshSession&) = delete;
@@ -33,6 +41,11 @@ class SshSession {
   ~SshSession();
 
   pid_t pid() const { return pid_; }
+  const std::string& control_path() const { return control_path_; }
+  // Reaps ssh if it has exited, without waiting: true once it is gone.
+  bool exited();
+  // Forgets ssh without ending it (it serves a call that outlives this object).
+  void release() { pid_ = -1; }
   // The stream ended: waits (briefly) for ssh to exit and says why, as one line a caller can act
   // on. `runner_answered`: the runner had spoken on this session (so this is a lost transport).
   Error ended(bool runner_answered);

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <thread>
@@ -55,6 +56,34 @@ std::string old_runner_options(const std::string& dir, const std::string& name, 
   return fmt::format(R"(restrict,command="{}")", script);
 }
 
+// The keeper of spare sessions (src/client/ssh_spare.hpp): the process named motor whose command
+// line is the keeper's and names this test's control directory; -1 if none.
+pid_t keeper_of(const SshServer& sshd) {
+  const auto keepers = processes_with("--ssh-spare-keeper");
+  for (pid_t p : processes_with(sshd.dir() + "/run/motor-ssh/")) {
+    if (comm_of(p) == "motor" && std::find(keepers.begin(), keepers.end(), p) != keepers.end()) return p;
+  }
+  return -1;
+}
+
+std::vector<pid_t> ssh_children(pid_t pid) {
+  std::vector<pid_t> out;
+  for (pid_t c : children_of(pid)) {
+    if (comm_of(c) == "ssh") out.push_back(c);
+  }
+  return out;
+}
+
+// Waits until the keeper is up and holds a spare session (an ssh child); its pid, or -1.
+pid_t keeper_with_a_spare(const SshServer& sshd) {
+  for (int i = 0; i < 500; ++i) {
+    const pid_t k = keeper_of(sshd);
+    if (k > 0 && !ssh_children(k).empty()) return k;
+    std::this_thread::sleep_for(10ms);
+  }
+  return -1;
+}
+
 class RemoteCallers : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,6 +119,8 @@ class RemoteCallers : public ::testing::Test {
     }
     return "";
   }
+
+  void kill_transport_mid_job(bool on_spare);
 
   std::unique_ptr<RunnerProcess> runner_;
   std::unique_ptr<SshServer> sshd_;
@@ -266,8 +297,14 @@ TEST_F(RemoteCallers, TheOperatorDrainsOverSsh) {
 
 // The client's ssh killed mid-job: it reconnects and resumes from the last seq + 1; the job runs
 // once, and its output arrives exactly once, complete.
-TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
+// The ssh carrying a running job is killed: the job runs once and its whole output arrives, on a
+// session the client opened itself (its child) or a spare (the keeper's child, ssh_spare.hpp).
+void RemoteCallers::kill_transport_mid_job(bool on_spare) {
   ASSERT_TRUE(start_sshd());
+  if (on_spare) {
+    ASSERT_EQ(sshd_->motor(alice_, {"run", "--no-sync", "--", "true"}).exit_code, 0);
+    ASSERT_GT(keeper_with_a_spare(*sshd_), 0);
+  }
   const std::string marker = "remote-resume-" + unique_marker();
   const std::string command = fmt::format("echo {}; for i in $(seq 1 100); do echo line $i; sleep 0.1; done", marker);
   auto run = std::async(std::launch::async, [&] { return sshd_->motor(alice_, {"run", "--no-sync", "-c", command}); });
@@ -279,21 +316,35 @@ TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_GT(client, 0);
-  ASSERT_FALSE(running_job(alice_).empty());
-  std::this_thread::sleep_for(1s);  // some output has gone through
-  // The ssh is the child named ssh of a process named motor that carries the marker. (The pid
-  // found above may have been the client's fork before it exec'd ssh: it had the client's name
-  // and command line then, and is the ssh itself now.)
-  int killed = 0;
-  for (int i = 0; i < 100 && killed == 0; ++i) {  // (between exec and ssh, MOTOR_SSH_COMMAND's sh)
-    for (pid_t p : processes_with(marker)) {
-      if (comm_of(p) != "motor") continue;
-      client = p;
-      for (pid_t c : children_of(p)) {
-        if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
-      }
-    }
+  const size_t jobs_before = on_spare ? 1 : 0;
+  for (int i = 0; i < 500 && count(runner_->log(), "started for caller alice") == jobs_before; ++i) {
     std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(1s);  // some output has gone through
+  int killed = 0;
+  if (on_spare) {
+    // The keeper's ssh children: the spare it holds now, and the one serving the job, which is
+    // the older of the two (the lower pid: pids are not reused this soon).
+    const pid_t keeper = keeper_of(*sshd_);
+    auto sessions = ssh_children(keeper);
+    ASSERT_EQ(sessions.size(), 2u) << "keeper " << keeper;
+    std::sort(sessions.begin(), sessions.end());
+    EXPECT_TRUE(ssh_children(client).empty()) << "the call started an ssh of its own";
+    if (kill(sessions[0], SIGKILL) == 0) ++killed;
+  } else {
+    // The ssh is the child named ssh of a process named motor that carries the marker. (The pid
+    // found above may have been the client's fork before it exec'd ssh: it had the client's name
+    // and command line then, and is the ssh itself now.)
+    for (int i = 0; i < 100 && killed == 0; ++i) {  // (between exec and ssh, MOTOR_SSH_COMMAND's sh)
+      for (pid_t p : processes_with(marker)) {
+        if (comm_of(p) != "motor") continue;
+        client = p;
+        for (pid_t c : children_of(p)) {
+          if (comm_of(c) == "ssh" && kill(c, SIGKILL) == 0) ++killed;
+        }
+      }
+      std::this_thread::sleep_for(10ms);
+    }
   }
   EXPECT_EQ(killed, 1) << [&] {
     std::string seen = fmt::format("client {} ({}):", client, comm_of(client));
@@ -306,9 +357,12 @@ TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) {
   for (int i = 1; i <= 100; ++i) expected += fmt::format("line {}\n", i);
   EXPECT_EQ(ran.out, expected);
   auto list = sshd_->motor(alice_, {"list", "--json"});
-  EXPECT_EQ(count(list.out, "\"job_id\""), 1u) << "the job was submitted once: " << list.out;
-  EXPECT_EQ(count(runner_->log(), "started for caller alice"), 1u) << runner_->log();
+  EXPECT_EQ(count(list.out, "\"job_id\""), jobs_before + 1) << "the job was submitted once: " << list.out;
+  EXPECT_EQ(count(runner_->log(), "started for caller alice"), jobs_before + 1) << runner_->log();
 }
+
+TEST_F(RemoteCallers, KilledSshMidJobFinishesOnceWithItsFullOutput) { kill_transport_mid_job(false); }
+TEST_F(RemoteCallers, AKilledSpareMidJobFinishesOnceWithItsFullOutput) { kill_transport_mid_job(true); }
 
 // A control master that died (its socket left behind), a socket file nobody listens on, and a
 // master that hangs: each is replaced without the caller noticing.
@@ -358,6 +412,110 @@ TEST_F(RemoteCallers, StaleControlMastersAreReplaced) {
   echo_works("three");
   kill(third, SIGCONT);
   kill(third, SIGTERM);
+}
+
+// A call after the first takes a session the keeper opened beforehand: while its job runs, the
+// client has no ssh of its own, and the session serving it is the keeper's. MOTOR_SSH_SPARE=0:
+// no keeper, every call its own ssh (the control: without the keeper the first check fails).
+TEST_F(RemoteCallers, LaterCallsRideASpareSessionOpenedBeforehand) {
+  ASSERT_TRUE(start_sshd());
+  auto env = sshd_->client_env(alice_);
+  env.push_back("MOTOR_SSH_SPARE=0");
+  auto off = run_program({MOTOR_CLIENT_BIN, "--host", sshd_->url(), "run", "--no-sync", "--", "true"}, env);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(sshd_->keeper_sockets().empty()) << "MOTOR_SSH_SPARE=0 started a keeper";
+  EXPECT_EQ(keeper_of(*sshd_), -1);
+
+  ASSERT_EQ(sshd_->motor(alice_, {"run", "--no-sync", "--", "true"}).exit_code, 0);
+  const pid_t keeper = keeper_with_a_spare(*sshd_);
+  ASSERT_GT(keeper, 0) << "no keeper with a spare session after a call";
+  EXPECT_EQ(sshd_->keeper_sockets().size(), 1u);
+  const std::vector<pid_t> spares = ssh_children(keeper);
+
+  const std::string marker = "spare-" + unique_marker();
+  auto run = std::async(std::launch::async, [&] {
+    return sshd_->motor(alice_, {"run", "--no-sync", "-c", fmt::format("echo {}; sleep 2; echo done", marker)});
+  });
+  // Its job runs (the runner's third for alice), with no other call between (each takes a spare).
+  for (int i = 0; i < 500 && count(runner_->log(), "started for caller alice") < 3; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(count(runner_->log(), "started for caller alice"), 3u) << runner_->log();
+  pid_t client = -1;
+  for (pid_t p : processes_with(marker)) {
+    if (comm_of(p) == "motor") client = p;
+  }
+  ASSERT_GT(client, 0);
+  EXPECT_TRUE(ssh_children(client).empty()) << "the call started an ssh of its own";
+  const auto now = ssh_children(keeper);
+  EXPECT_NE(std::find(now.begin(), now.end(), spares[0]), now.end()) << "the spare is not serving the call: " << [&] {
+    std::string seen = fmt::format("spare {}, keeper {}'s ssh now:", spares[0], keeper);
+    for (pid_t c : now) seen += fmt::format(" {}", c);
+    return seen;
+  }();
+  auto ran = run.get();
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_EQ(ran.out, marker + "\ndone\n");
+  EXPECT_EQ(keeper_of(*sshd_), keeper) << "one keeper for all the calls";
+}
+
+// A keeper lives no longer than what it rides: a spare that dies (its ssh killed) or a master
+// that exits (`ssh -O exit`) ends it and removes its socket; the calls after go on as before and
+// start a new one.
+TEST_F(RemoteCallers, AKeeperEndsWithItsSpareOrItsMaster) {
+  ASSERT_TRUE(start_sshd());
+  auto echo_works = [&](const std::string& word) {
+    auto r = sshd_->motor(alice_, {"run", "--no-sync", "--", "echo", word});
+    EXPECT_EQ(r.exit_code, 0) << word << ": " << r.err;
+    EXPECT_EQ(r.out, word + "\n");
+  };
+  auto gone = [&](pid_t pid) {
+    for (int i = 0; i < 500 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(10ms);
+    return kill(pid, 0) != 0 && sshd_->keeper_sockets().empty();
+  };
+  echo_works("one");
+  const pid_t first = keeper_with_a_spare(*sshd_);
+  ASSERT_GT(first, 0);
+  for (pid_t spare : ssh_children(first)) kill(spare, SIGKILL);
+  EXPECT_TRUE(gone(first)) << "the keeper outlived its spare";
+  echo_works("two");
+  const pid_t second = keeper_with_a_spare(*sshd_);
+  ASSERT_GT(second, 0);
+  EXPECT_NE(second, first);
+
+  auto sockets = sshd_->control_sockets();
+  ASSERT_EQ(sockets.size(), 1u);
+  auto exit_master = run_program({"/usr/bin/ssh", "-F", sshd_->dir() + "/ssh_config", "-i", alice_, "-S", sockets[0],
+                                  "-O", "exit", "127.0.0.1"});
+  EXPECT_EQ(exit_master.exit_code, 0) << exit_master.err;
+  EXPECT_TRUE(gone(second)) << "the keeper outlived its master";
+  echo_works("three");
+  const pid_t third = keeper_with_a_spare(*sshd_);
+  ASSERT_GT(third, 0);
+
+  // A keeper never logs in by itself: started (by hand, as a call starts it) on the socket of a
+  // master killed with -9, its spare does not ride anything and fails; no login reaches sshd and
+  // the keeper ends. (Without its failing ProxyCommand, ssh would log in directly.)
+  std::string args = read_file(fmt::format("/proc/{}/cmdline", third));
+  std::vector<std::string> argv;
+  for (size_t at = 0; at < args.size();) {
+    const size_t end = args.find('\0', at);
+    argv.push_back(args.substr(at, end - at));
+    at = end == std::string::npos ? args.size() : end + 1;
+  }
+  ASSERT_EQ(argv.size(), 8u) << args;
+  argv[0] = MOTOR_CLIENT_BIN;
+  const pid_t master = sshd_->master_pid(sockets[0], alice_);
+  ASSERT_GT(master, 0);
+  kill(third, SIGTERM);
+  EXPECT_TRUE(gone(third));
+  kill(master, SIGKILL);
+  for (int i = 0; i < 200 && kill(master, 0) == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(exists(sockets[0])) << "a killed master leaves its socket";
+  const size_t logins = count(sshd_->log(), "Accepted publickey");
+  auto by_hand = run_program(argv, sshd_->client_env(alice_), 30s);
+  EXPECT_EQ(by_hand.exit_code, 0) << by_hand.err;
+  EXPECT_EQ(count(sshd_->log(), "Accepted publickey"), logins) << sshd_->log();
+  EXPECT_TRUE(sshd_->keeper_sockets().empty());
 }
 
 // Each failure a remote caller can act on is one line with its own exit status.

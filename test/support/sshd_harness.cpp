@@ -235,7 +235,13 @@ pid_t SshServer::master_pid(const std::string& control_path, const std::string& 
   return r.exit_code == 0 && at != std::string::npos ? static_cast<pid_t>(std::atoi(r.err.c_str() + at + 4)) : -1;
 }
 
-std::vector<std::string> SshServer::control_sockets() const { return glob_paths(runtime_dir_ + "/motor-ssh/*"); }
+std::vector<std::string> SshServer::control_sockets() const {
+  auto paths = glob_paths(runtime_dir_ + "/motor-ssh/*");
+  std::erase_if(paths, [](const std::string& p) { return p.ends_with(".keeper"); });
+  return paths;
+}
+
+std::vector<std::string> SshServer::keeper_sockets() const { return glob_paths(runtime_dir_ + "/motor-ssh/*.keeper"); }
 
 CommandResult SshServer::motor(const std::string& key_path, const std::vector<std::string>& args, const std::string& account,
                                const std::string& cwd, std::chrono::seconds timeout) const {

@@ -52,8 +52,10 @@ class SshServer {
   std::vector<std::string> client_env(const std::string& key_path) const;
   // The control master's pid for the socket at `path` (`ssh -O check`), or -1.
   pid_t master_pid(const std::string& control_path, const std::string& key_path) const;
-  // The control sockets clients made so far.
+  // The control sockets clients made so far (masters'; not their spare-session keepers').
   std::vector<std::string> control_sockets() const;
+  // The spare-session keepers' sockets (src/client/ssh_spare.hpp).
+  std::vector<std::string> keeper_sockets() const;
   // Runs `motor --host url(account) ARGS` with client_env(key_path), from `cwd` (default: dir()).
   CommandResult motor(const std::string& key_path, const std::vector<std::string>& args, const std::string& account = "motor",
                       const std::string& cwd = "", std::chrono::seconds timeout = std::chrono::seconds(120)) const;

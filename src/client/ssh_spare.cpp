@@ -1,0 +1,199 @@
+#include "client/ssh_spare.hpp"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <optional>
+#include <vector>
+
+#include "client/ssh_session.hpp"
+#include "motor/fd_message.hpp"
+
+namespace motor::client {
+namespace {
+
+constexpr char kSpareByte = 's';
+// As the master's ControlPersist: a keeper nobody called for this long ends.
+constexpr std::chrono::seconds kIdleLimit{300};
+// How often an idle keeper looks at its socket file and the clock.
+constexpr int kTickMs = 1000;
+// How long a call waits for the keeper's answer (it answers at once; a stuck one costs this).
+constexpr int kAnswerWaitMs = 1000;
+
+bool to_address(const std::string& path, sockaddr_un& addr) {
+  addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  return true;
+}
+
+bool peer_is_this_user(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
+}
+
+// Binds the keeper's socket: false if another keeper listens on it. A file nobody listens on (a
+// keeper that was killed) is replaced.
+bool bind_keeper(int fd, const std::string& path) {
+  sockaddr_un addr;
+  if (!to_address(path, addr)) return false;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return true;
+  if (errno != EADDRINUSE) return false;
+  UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!probe || connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return false;
+  if (errno != ECONNREFUSED) return false;
+  ::unlink(path.c_str());
+  return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+volatile sig_atomic_t stop_requested = 0;
+void request_stop(int) { stop_requested = 1; }
+
+bool is_socket(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+}  // namespace
+
+std::string spare_keeper_path(const std::string& control_path) { return control_path + ".keeper"; }
+
+bool spare_sessions_enabled() {
+  const char* v = std::getenv("MOTOR_SSH_SPARE");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+SpareAnswer take_spare_session(const std::string& keeper_path) {
+  SpareAnswer answer;
+  sockaddr_un addr;
+  if (!to_address(keeper_path, addr)) return answer;
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd || connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) return answer;
+  answer.keeper_answered = true;
+  if (!peer_is_this_user(fd.get())) return answer;
+  pollfd p{fd.get(), POLLIN, 0};
+  if (poll(&p, 1, kAnswerWaitMs) != 1) return answer;
+  FdMessage message;
+  const ssize_t n = recvmsg(fd.get(), &message.msg, MSG_CMSG_CLOEXEC);
+  UniqueFd session(message.carried(n));
+  if (session && message.byte == kSpareByte) answer.session = std::move(session);
+  return answer;
+}
+
+void start_spare_keeper(const SshTarget& target, const std::string& ssh_command, const std::string& control_path) {
+  // This binary by its name (so that ps shows `motor`), or through /proc if it was replaced.
+  char self[PATH_MAX];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string exe = len > 0 ? std::string(self, static_cast<size_t>(len)) : "";
+  if (exe.empty() || exe.ends_with(" (deleted)")) exe = "/proc/self/exe";
+  std::vector<std::string> args{"motor",     kSpareKeeperFlag, control_path, target.url, target.user, target.host,
+                                std::to_string(target.port), ssh_command};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Everything above allocates; below, until exec, only system calls (the client may have threads).
+  const pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    if (fork() != 0) _exit(0);  // the keeper is nobody's child but init's (or the subreaper's)
+    const int null = ::open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    syscall(SYS_close_range, 3u, ~0u, 0u);  // the caller's pipes never stay open in the keeper
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  if (child > 0) {
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+int run_spare_keeper(int argc, char** argv) {
+  if (argc != 8) return 64;
+  const std::string control_path = argv[2];
+  SshTarget target{argv[3], argv[4], argv[5], std::atoi(argv[6])};
+  const std::string ssh_command = argv[7];
+  // Only for the master a call of this user with this command rides: nothing else to hold.
+  if (control_path.empty() || SshSession::control_path_for(target, ssh_command) != control_path) return 64;
+  signal(SIGPIPE, SIG_IGN);
+  // SIGTERM and SIGHUP end it as its other ends do: socket removed, spare closed. (No
+  // SA_RESTART: the signal interrupts the wait; at worst it is seen one tick later.)
+  struct sigaction stop {};
+  stop.sa_handler = request_stop;
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGHUP, &stop, nullptr);
+  const std::string path = spare_keeper_path(control_path);
+  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!listener || !bind_keeper(listener.get(), path)) return 0;
+  struct stat bound {};
+  if (::lstat(path.c_str(), &bound) < 0 || listen(listener.get(), 16) < 0) return 1;
+  bool owns_path = true;
+
+  std::optional<SshSession> spare;
+  UniqueFd spare_stream;
+  std::list<SshSession> handed_out;  // serving calls; reaped as they end
+  auto last_call = std::chrono::steady_clock::now();
+  for (;;) {
+    handed_out.remove_if([](SshSession& s) { return s.exited(); });
+    if (!spare) {
+      if (!is_socket(control_path)) break;  // no master to ride
+      auto s = SshSession::start(target, ssh_command.c_str(), spare_stream, MasterUse::kRideOnly);
+      if (!s) break;
+      spare.emplace(std::move(*s));
+    }
+    pollfd p[2] = {{listener.get(), POLLIN, 0}, {spare_stream.get(), POLLIN, 0}};
+    const int ready = poll(p, 2, kTickMs);
+    if (stop_requested || (ready < 0 && errno != EINTR)) break;
+    // Nothing comes on a spare before a call speaks: it ended (the master, the network or the
+    // runner went away), or a host answered with something else. The next call starts afresh.
+    if (ready > 0 && p[1].revents != 0) break;
+    if (ready > 0 && (p[0].revents & POLLIN)) {
+      UniqueFd caller(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (caller && peer_is_this_user(caller.get())) {
+        FdMessage message;
+        message.byte = kSpareByte;
+        message.carry(spare_stream.get());
+        if (sendmsg(caller.get(), &message.msg, MSG_NOSIGNAL) == 1) {
+          spare_stream.reset();  // the call's now; ssh stays our child until it ends
+          handed_out.push_back(std::move(*spare));
+          spare.reset();
+          last_call = std::chrono::steady_clock::now();
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() - last_call > kIdleLimit) break;
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) < 0 || now.st_ino != bound.st_ino || now.st_dev != bound.st_dev) {
+      owns_path = false;  // removed, or another keeper's now
+      break;
+    }
+  }
+  if (owns_path) ::unlink(path.c_str());
+  listener.reset();
+  spare_stream.reset();  // the spare's ssh sees EOF and ends; ~SshSession reaps it
+  spare.reset();
+  for (auto& s : handed_out) s.release();  // they serve their calls to the end
+  return 0;
+}
+
+}  // namespace motor::client
