@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>

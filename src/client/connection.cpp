@@ -1,6 +1,7 @@
 #include "client/connection.hpp"
 
 #include <poll.h>
+#include <simdjson.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -16,6 +17,11 @@
 #include "motor/version.hpp"
 
 namespace motor::client {
+
+Connection::Connection(UniqueFd fd) : fd_(std::move(fd)), parser_(std::make_unique<simdjson::dom::parser>()) {}
+Connection::Connection(Connection&&) noexcept = default;
+Connection& Connection::operator=(Connection&&) noexcept = default;
+Connection::~Connection() = default;
 
 Expected<Connection> Connection::open(const std::string& socket_path) {
   sockaddr_un addr{};
@@ -61,7 +67,7 @@ std::optional<Connection> Connection::from_spare(const SshTarget& target, Unique
   // runner.hello first, as on a session of its own: nothing that changes anything is sent on a
   // spare before the runner answered on it. One that ended or hangs (its master stopped) is
   // dropped; the call's own session then finds out why, and replaces the master if need be.
-  if (auto st = c.hello(std::chrono::seconds(5)); !st) return std::nullopt;
+  if (auto st = c.hello(std::chrono::seconds(3)); !st) return std::nullopt;
   return c;
 }
 
@@ -94,7 +100,7 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   if (auto st = fill(nullptr, limit); !st) return st.error();
   std::string frame = std::move(frames_.front());
   frames_.pop_front();
-  auto m = protocol::parse_message(parser_, frame);
+  auto m = protocol::parse_message(*parser_, frame);
   if (!m) return make_error(kNotBridged, "the host's motor-runner connect sent a message this client cannot read");
   if (auto refusal = as_refusal(*m)) return *refusal;
   const std::string& host = remote_host_;
@@ -112,7 +118,7 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   }
   simdjson::dom::element result;
   int64_t protocol = 0;
-  if (parser_.parse(frame.data(), frame.size())["result"].get(result) || result["protocol"].get_int64().get(protocol) ||
+  if (parser_->parse(frame.data(), frame.size())["result"].get(result) || result["protocol"].get_int64().get(protocol) ||
       protocol < kProtocolVersion) {
     return make_error(kRunnerTooOld, fmt::format("the runner on {} speaks protocol {}, this client needs {}; ask its "
                                                  "operator to upgrade motor-runner",
@@ -137,7 +143,7 @@ std::optional<Error> Connection::queued_refusal() {
     for (auto& f : got) frames_.push_back(std::move(f));
   }
   for (const auto& frame : frames_) {
-    if (auto m = protocol::parse_message(parser_, frame)) {
+    if (auto m = protocol::parse_message(*parser_, frame)) {
       if (auto refusal = as_refusal(*m)) return refusal;
     }
   }
@@ -224,7 +230,7 @@ Expected<protocol::Message> Connection::read(bool (*interrupted)(), std::chrono:
   if (auto st = fill(interrupted, limit); !st) return st.error();
   std::string frame = std::move(frames_.front());
   frames_.pop_front();
-  auto m = protocol::parse_message(parser_, frame);
+  auto m = protocol::parse_message(*parser_, frame);
   if (!m) return make_error("protocol", "the runner sent a message this client cannot read: " + m.error().message);
   if (auto refusal = as_refusal(*m)) return *refusal;
   return m;

@@ -2,7 +2,7 @@
 // or to an SSH session (ssh_session.hpp) that reaches `motor-runner connect` on another host.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -32,6 +32,9 @@ class Connection {
   // A stream already connected to a runner or its bridge (the gate's socket pair to
   // `motor-runner connect`): no hello is sent.
   static Connection adopt(UniqueFd fd) { return Connection(std::move(fd)); }
+  Connection(Connection&&) noexcept;
+  Connection& operator=(Connection&&) noexcept;
+  ~Connection();
 
   // Sends {"id":N,"method":M,"params":P}; returns N.
   Expected<int64_t> request(std::string_view method, std::string_view params_json);
@@ -49,7 +52,7 @@ class Connection {
   int fd() const { return fd_.get(); }
 
  private:
-  explicit Connection(UniqueFd fd) : fd_(std::move(fd)) {}
+  explicit Connection(UniqueFd fd);
   static Expected<Connection> open_ssh(const SshTarget& target, const char* ssh_command);
   // A spare session's stream, once it answered runner.hello; nullopt sends the call its own way.
   static std::optional<Connection> from_spare(const SshTarget& target, UniqueFd stream);
@@ -68,7 +71,7 @@ class Connection {
   UniqueFd fd_;
   protocol::FrameDecoder decoder_;
   std::deque<std::string> frames_;
-  simdjson::dom::parser parser_;
+  std::unique_ptr<simdjson::dom::parser> parser_;  // (by pointer: simdjson_fwd.hpp)
   int64_t next_id_ = 1;
 };
 

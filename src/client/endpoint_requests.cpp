@@ -1,5 +1,6 @@
 #include "client/endpoint_requests.hpp"
 
+#include <simdjson.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 #include "client/endpoint_session.hpp"
 
 #include <poll.h>
+#include <simdjson.h>
 #include <unistd.h>
 
 #include <algorithm>

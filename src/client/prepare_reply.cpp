@@ -1,5 +1,7 @@
 #include "client/prepare_reply.hpp"
 
+#include <simdjson.h>
+
 namespace motor::client {
 
 std::optional<PrepareOutcome> read_prepare_outcome(simdjson::dom::parser& parser, const std::string& raw) {

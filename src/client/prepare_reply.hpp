@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 namespace motor::client {
 

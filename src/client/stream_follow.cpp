@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <string.h>
 #include <unistd.h>
 

@@ -1,6 +1,7 @@
 #include "protocol/messages.hpp"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // fmt. Field names follow exec-remote/v1 (docs/protocol.md); Motor's additions are marked (ext).
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 #include <cstdint>
 #include <optional>

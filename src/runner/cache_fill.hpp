@@ -8,7 +8,7 @@
 // record beside it, read again at start. Everything is under `<state_dir>/cache`.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 #include <sys/types.h>
 
 #include <cstdint>

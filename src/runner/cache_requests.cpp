@@ -2,6 +2,7 @@
 // operator's (root, or the runner's own account) view of every caller's compile cache, and its
 // removal. Motor's own methods: exec-remote/v1 has none of them and its endpoint relays neither.
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include "base/log.hpp"
 #include "runner/runner.hpp"
@@ -83,7 +84,7 @@ void Runner::write_cache_status(JsonWriter& w, int64_t now) const {
 
 void Runner::handle_cache_clear(Session& session, const protocol::Request& r) {
   if (refuse_unless_operator(session, r)) return;
-  auto only = parse_clear_params(parser_, r.params_json);
+  auto only = parse_clear_params(*parser_, r.params_json);
   if (!only) return session.send(protocol::encode_error(r.id, only.error().code, only.error().message));
   std::vector<std::string> names;
   for (const auto& [name, f] : cache_fills_.repositories()) {

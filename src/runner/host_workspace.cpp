@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <simdjson.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>

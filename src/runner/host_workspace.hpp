@@ -6,7 +6,7 @@
 // followed. Such a job's environment is passed as given (hermetic_env): docs/buildbarn.md.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,7 @@
 #include "runner/job.hpp"
 
 #include <chrono>
+#include <simdjson.h>
 #include <utility>
 
 #include "runner/job_linux.hpp"

@@ -100,15 +100,15 @@ bool Runner::may_start_before_record(const PendingStart& pending) const {
 }
 
 void Runner::handle_run(Session& session, const protocol::Request& r) {
-  auto params = protocol::parse_run_params(parser_, r.params_json, static_cast<size_t>(config_.max_argument_bytes));
+  auto params = protocol::parse_run_params(*parser_, r.params_json, static_cast<size_t>(config_.max_argument_bytes));
   if (!params) return session.send(protocol::encode_error(r.id, params.error().code, params.error().message));
-  auto host = parse_host_workspace(parser_, r.params_json, session.privileged(), config_.bb_build_directory);
+  auto host = parse_host_workspace(*parser_, r.params_json, session.privileged(), config_.bb_build_directory);
   if (!host) return session.send(protocol::encode_error(r.id, host.error().code, host.error().message));
   PriorityClass priority = PriorityClass::kBatch;
   auto pending = check_run(session, r, std::move(*params), &priority);
   if (!pending) return;  // answered
   pending->host_workspace = std::move(*host);
-  auto tip = parse_fill_tip(parser_, r.params_json);
+  auto tip = parse_fill_tip(*parser_, r.params_json);
   if (!tip) return session.send(protocol::encode_error(r.id, tip.error().code, tip.error().message));
   if (refused_at_the_door(session, r, pending->params)) return;
   // A verified default-branch tip may start its repository's cache fill, queued behind this job.

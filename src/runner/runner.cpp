@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <simdjson.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,7 +64,7 @@ Runner::Runner(uv_loop_t* loop, config::Config config)
       cgroup_reaper_(loop),
       stall_(loop),
       notifier_(loop),
-      parser_(protocol::kMaxFrameBytes),
+      parser_(std::make_unique<simdjson::dom::parser>(protocol::kMaxFrameBytes)),
       admission_(loop, static_cast<size_t>(config_.max_queued_jobs), *this) {
   started_hr_ns_ = uv_hrtime();
   register_methods();

@@ -1,7 +1,7 @@
 // The daemon: one libuv loop serving every client session and job on the host.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 #include <uv.h>
 
 #include <algorithm>
@@ -285,7 +285,7 @@ class Runner : public JobHost, private AdmissionHost {
   std::unique_ptr<SystemdUnits> systemd_units_;
   reactor::StallMeter stall_;
   SystemdNotifier notifier_;
-  simdjson::dom::parser parser_;
+  std::unique_ptr<simdjson::dom::parser> parser_;  // (by pointer: simdjson_fwd.hpp)
   MethodTable methods_;
   reactor::UvHandle<uv_pipe_t> listener_;
   reactor::UvHandle<uv_signal_t> sigterm_, sigint_, sighup_;

@@ -49,7 +49,7 @@ void Runner::register_methods() {
 
 void Runner::handle_frame(Session& session, const std::string& frame) {
   std::optional<int64_t> id;
-  auto request = protocol::parse_request(parser_, frame, &id);
+  auto request = protocol::parse_request(*parser_, frame, &id);
   if (!request) return session.send(protocol::encode_error(id, request.error().code, request.error().message));
   if (session.from_bridge_account() && !session.bridged() && request->method != "runner.identify") {
     return session.send(protocol::encode_error(request->id, "unauthorized", fmt::format("the {} account bridges SSH callers: its "
@@ -79,7 +79,7 @@ Job* Runner::visible_job(Session& session, const protocol::JobRef& ref) {
 }
 
 void Runner::handle_cancel(Session& session, const protocol::Request& r) {
-  auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
+  auto ref = protocol::parse_job_ref(*parser_, r.params_json, true);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   Job* job = visible_job(session, *ref);
   if (!job) {
@@ -102,7 +102,7 @@ void Runner::handle_cancel(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_attach(Session& session, const protocol::Request& r) {
-  auto ref = protocol::parse_job_ref(parser_, r.params_json, true);
+  auto ref = protocol::parse_job_ref(*parser_, r.params_json, true);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   Job* job = visible_job(session, *ref);
   if (!job) return session.send(protocol::encode_error(r.id, "unauthorized", kNoSuchJob));
@@ -110,7 +110,7 @@ void Runner::handle_attach(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_status(Session& session, const protocol::Request& r) {
-  auto ref = protocol::parse_job_ref(parser_, r.params_json, false);
+  auto ref = protocol::parse_job_ref(*parser_, r.params_json, false);
   if (!ref) return session.send(protocol::encode_error(r.id, ref.error().code, ref.error().message));
   JsonWriter w;
   if (!ref->job_id.empty()) {
@@ -165,7 +165,7 @@ void Runner::handle_list(Session& session, const protocol::Request& r) {
 
 void Runner::handle_hello(Session& session, const protocol::Request& r) {
   // (ext) "binary_output": true asks for binary output frames (protocol/output_frame.hpp).
-  auto binary = protocol::parse_flag(parser_, r.params_json, "binary_output");
+  auto binary = protocol::parse_flag(*parser_, r.params_json, "binary_output");
   if (!binary) return session.send(protocol::encode_error(r.id, binary.error().code, binary.error().message));
   if (*binary) session.set_binary_output();
   JsonWriter w;
@@ -179,7 +179,7 @@ void Runner::handle_identify(Session& session, const protocol::Request& r) {
   if (!session.may_name_callers() || session.bridged()) {
     return session.send(protocol::encode_error(r.id, "unauthorized", "only root and the SSH bridge account may name a caller"));
   }
-  auto caller = protocol::parse_identify(parser_, r.params_json);
+  auto caller = protocol::parse_identify(*parser_, r.params_json);
   if (!caller) return session.send(protocol::encode_error(r.id, caller.error().code, caller.error().message));
   session.set_caller(*caller);  // from now on the session is that caller, nothing more
   if (sessions_of(session) >= static_cast<size_t>(config_.max_sessions_per_uid)) {
@@ -193,9 +193,9 @@ void Runner::handle_identify(Session& session, const protocol::Request& r) {
 }
 
 void Runner::handle_runner_status(Session& session, const protocol::Request& r) {
-  auto reset_stall = protocol::parse_flag(parser_, r.params_json, "reset_stall");
+  auto reset_stall = protocol::parse_flag(*parser_, r.params_json, "reset_stall");
   if (!reset_stall) return session.send(protocol::encode_error(r.id, reset_stall.error().code, reset_stall.error().message));
-  auto with_metrics = protocol::parse_flag(parser_, r.params_json, "metrics");
+  auto with_metrics = protocol::parse_flag(*parser_, r.params_json, "metrics");
   if (!with_metrics) return session.send(protocol::encode_error(r.id, with_metrics.error().code, with_metrics.error().message));
   update_status();
   JsonWriter w;
@@ -244,7 +244,7 @@ void Runner::handle_drain(Session& session, const protocol::Request& r, bool dra
     return session.send(
         protocol::encode_error(r.id, "unauthorized", "a caller behind the SSH bridge may not drain or resume the runner"));
   }
-  auto wait = protocol::parse_flag(parser_, r.params_json, "wait");
+  auto wait = protocol::parse_flag(*parser_, r.params_json, "wait");
   if (!wait) return session.send(protocol::encode_error(r.id, wait.error().code, wait.error().message));
   if (draining_ != drain) {
     draining_ = drain;

@@ -86,7 +86,7 @@ workspace::Workspaces::Reply owed_reply(Runner& runner, Session& session, int64_
 }  // namespace
 
 void Runner::handle_workspace_prepare(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  auto p = protocol::parse_workspace_params(*parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
   auto reply = owed_reply(*this, session, r.id);
   std::optional<workspace::Workspaces::Refusal> refusal;
@@ -108,25 +108,25 @@ void Runner::handle_workspace_prepare(Session& session, const protocol::Request&
 
 // workspace.upload and workspace.finish: a transfer continues only on the connection that opened it.
 void Runner::handle_workspace_upload(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  auto p = protocol::parse_workspace_params(*parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
   workspaces_->upload(static_cast<uint64_t>(session.id()), *p, owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_finish(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  auto p = protocol::parse_workspace_params(*parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
   workspaces_->finish(static_cast<uint64_t>(session.id()), session.caller(), *p, owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_list(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  auto p = protocol::parse_workspace_params(*parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
   workspaces_->list(session.caller(), owed_reply(*this, session, r.id));
 }
 
 void Runner::handle_workspace_drop(Session& session, const protocol::Request& r) {
-  auto p = protocol::parse_workspace_params(parser_, r.params_json);
+  auto p = protocol::parse_workspace_params(*parser_, r.params_json);
   if (!p) return session.send(protocol::encode_error(r.id, p.error().code, p.error().message));
   auto reply = owed_reply(*this, session, r.id);
   if (auto st = workspace::validate_workspace_key(p->workspace_key); !st) {

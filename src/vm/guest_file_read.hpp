@@ -4,7 +4,7 @@
 // agent exchange of a VM job.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 #include <cstdint>
 #include <functional>

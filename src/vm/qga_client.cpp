@@ -1,5 +1,6 @@
 #include "vm/qga_client.hpp"
 
+#include <simdjson.h>
 #include <sys/random.h>
 
 namespace motor::vm {

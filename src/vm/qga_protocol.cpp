@@ -1,5 +1,7 @@
 #include "vm/qga_protocol.hpp"
 
+#include <simdjson.h>
+
 #include "protocol/base64.hpp"
 #include "protocol/json_writer.hpp"
 

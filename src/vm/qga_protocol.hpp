@@ -6,7 +6,7 @@
 // guest-exec, guest-exec-status, guest-file-open/read/close.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,7 +65,12 @@ Status ensure_data_disk(const std::string& path, int64_t bytes, uid_t uid, gid_t
 }  // namespace
 
 VmJob::VmJob(uv_loop_t* loop, sandbox::CgroupDriver& cgroups, VmJobSpec spec, VmJobSink& sink)
-    : loop_(loop), cgroups_(cgroups), spec_(std::move(spec)), sink_(sink), launcher_(launcher()) {}
+    : loop_(loop),
+      cgroups_(cgroups),
+      spec_(std::move(spec)),
+      sink_(sink),
+      launcher_(launcher()),
+      parser_(std::make_unique<simdjson::dom::parser>()) {}
 
 std::unique_ptr<QemuLauncher> VmJob::launcher() const {
   if (spec_.make_launcher) return spec_.make_launcher();
@@ -288,11 +294,11 @@ void VmJob::connect_agent() {
 void VmJob::open_outputs() {
   t_phase_ = uv_hrtime();
   agent_->request(qga_file_open(spec_.guest_stdout, "w+"), spec_.request_timeout_ms, [this](Expected<std::string> m) {
-    auto h = m ? qga_parse_int_return(parser_, *m) : Expected<int64_t>(m.error());
+    auto h = m ? qga_parse_int_return(*parser_, *m) : Expected<int64_t>(m.error());
     if (!h) return end(VmOutcome::Kind::kRefused, 0, "opening the guest's output file: " + h.error().message);
     handles_[0] = *h;
     agent_->request(qga_file_open(spec_.guest_stderr, "w+"), spec_.request_timeout_ms, [this](Expected<std::string> m2) {
-      auto h2 = m2 ? qga_parse_int_return(parser_, *m2) : Expected<int64_t>(m2.error());
+      auto h2 = m2 ? qga_parse_int_return(*parser_, *m2) : Expected<int64_t>(m2.error());
       if (!h2) return end(VmOutcome::Kind::kRefused, 0, "opening the guest's output file: " + h2.error().message);
       handles_[1] = *h2;
       exec_command();
@@ -304,7 +310,7 @@ void VmJob::exec_command() {
   std::vector<std::string> args{spec_.guest_stdout, spec_.guest_stderr, spec_.guest_changes, spec_.cwd.empty() ? "." : spec_.cwd};
   args.insert(args.end(), spec_.argv.begin(), spec_.argv.end());
   agent_->request(qga_exec(spec_.guest_runner, args, spec_.env), spec_.request_timeout_ms, [this](Expected<std::string> m) {
-    auto pid = m ? qga_parse_exec(parser_, *m) : Expected<int64_t>(m.error());
+    auto pid = m ? qga_parse_exec(*parser_, *m) : Expected<int64_t>(m.error());
     if (!pid) return end(VmOutcome::Kind::kRefused, 0, "starting the command in the guest: " + pid.error().message);
     guest_pid_ = *pid;
     phase_ = Phase::kRunning;
@@ -332,7 +338,7 @@ void VmJob::read_stream(int i, std::function<void()> next) {
   agent_->request(qga_file_read(handles_[i], want), spec_.request_timeout_ms,
                   [this, i, want, next = std::move(next)](Expected<std::string> m) {
                     if (phase_ != Phase::kRunning) return;
-                    auto chunk = m ? qga_parse_file_read(parser_, *m, static_cast<size_t>(want)) : Expected<QgaFileChunk>(m.error());
+                    auto chunk = m ? qga_parse_file_read(*parser_, *m, static_cast<size_t>(want)) : Expected<QgaFileChunk>(m.error());
                     if (!chunk) return end(VmOutcome::Kind::kFailed, 0, "reading the command's output: " + chunk.error().message);
                     eof_[i] = chunk->bytes.empty() || chunk->eof;
                     if (!chunk->bytes.empty()) {
@@ -373,7 +379,7 @@ void VmJob::check_status() {
   }
   agent_->request(qga_exec_status(guest_pid_), spec_.request_timeout_ms, [this, rearm](Expected<std::string> m) {
     if (phase_ != Phase::kRunning) return;
-    auto st = m ? qga_parse_exec_status(parser_, *m) : Expected<QgaExecStatus>(m.error());
+    auto st = m ? qga_parse_exec_status(*parser_, *m) : Expected<QgaExecStatus>(m.error());
     if (!st) return end(VmOutcome::Kind::kFailed, 0, "asking for the command's status: " + st.error().message);
     if (!st->exited) return rearm(spec_.poll_ms);
     exited_ = true;
@@ -396,7 +402,7 @@ void VmJob::check_status() {
 void VmJob::read_changes() {
   phase_ = Phase::kListing;
   GuestFileRead file{spec_.guest_changes, kMaxListingBytes, spec_.read_chunk_bytes, spec_.request_timeout_ms};
-  read_guest_file(*agent_, parser_, std::move(file), [this](Expected<std::string> listing) {
+  read_guest_file(*agent_, *parser_, std::move(file), [this](Expected<std::string> listing) {
     if (phase_ != Phase::kListing) return;
     auto changes = [&]() -> Expected<std::vector<GuestChange>> {
       if (!listing) return listing.error();

@@ -193,7 +193,7 @@ class VmJob {
   int64_t output_total_ = 0;
   bool truncated_ = false;
   Utf8Sanitizer utf8_[2];
-  simdjson::dom::parser parser_;
+  std::unique_ptr<simdjson::dom::parser> parser_;  // (by pointer: simdjson_fwd.hpp)
   uint64_t t_start_ = 0, t_phase_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -7,7 +7,7 @@
 //    wrote into the workspace (a .git, hooks, config, symlinks) is ever used as git's config.
 #pragma once
 
-#include <simdjson.h>
+#include "motor/simdjson_fwd.hpp"
 #include <sys/types.h>
 #include <uv.h>
 

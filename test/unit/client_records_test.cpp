@@ -2,6 +2,7 @@
 // carries retry_after_ms; what exec-remote/v1 tells a caller to do with tags it does not know
 // (an outcome, a kill, an output stream, a record type, a prepare outcome); and the frames
 // `motor exec-remote` writes itself, in the vocabulary's canonical shapes.
+#include <simdjson.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>

@@ -2,6 +2,7 @@
 #include "client/exit_codes.hpp"
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <optional>
 #include <string>

@@ -1,6 +1,7 @@
 // Output records as whole frames (protocol/output_frame.hpp): the JSON form is byte for byte the
 // record the runner always sent, and a binary frame decodes to the same Message.
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <string>
 

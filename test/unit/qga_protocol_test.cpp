@@ -3,6 +3,7 @@
 #include "vm/qga_protocol.hpp"
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <string>
 #include <vector>
