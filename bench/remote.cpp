@@ -184,7 +184,9 @@ int bench_over_ssh(const motor::test::RunnerProcess& runner, int n) {
            sshd.dir());
   timed_ms(c.motor_run, c.env, sshd.dir());
   timed_ms(c.motor_run, c.old_env, sshd.dir());
-  timed_ms(c.motor_in_checkout, c.env, repo);
+  // The checkout: its first sync, a run whose fingerprint names the checkout watcher the first
+  // one started (once it has walked the tree), and a run the watcher's answer vouches for.
+  for (int i = 0; i < 3; ++i) settled_ms(c.motor_in_checkout, c.env, repo);
   timed_ms(c.ssh_true, {}, sshd.dir());
   const auto sockets = sshd.control_sockets();
   c.bridge_start = {"/usr/bin/ssh", "-F", sshd.dir() + "/ssh_config", "-i", bench_key, "-p",

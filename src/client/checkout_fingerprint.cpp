@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -23,7 +25,7 @@ extern char** environ;
 namespace motor::client {
 namespace {
 
-constexpr std::string_view kMagic = "motor-fingerprint 1\n";
+constexpr std::string_view kMagic = "motor-fingerprint 2\n";
 constexpr size_t kMaxDirs = 20000;  // past this many directories the walk costs more than a sync
 
 // A GIT_* variable that can change what `git add` sees (GIT_DIR, GIT_WORK_TREE, GIT_CONFIG_*,
@@ -41,13 +43,18 @@ bool git_environment() {
   return false;
 }
 
-std::optional<std::string> read_all(const std::string& path) {
+// The file's first `limit` bytes (all of it by default).
+std::optional<std::string> read_all(const std::string& path, size_t limit = SIZE_MAX) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return std::nullopt;
   std::string out;
+  struct stat st {};
+  if (fstat(fd.get(), &st) == 0 && st.st_size > 0) out.reserve(std::min(limit, static_cast<size_t>(st.st_size)));
   char buf[65536];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+  while (out.size() < limit) {
+    const ssize_t n = ::read(fd.get(), buf, std::min(sizeof buf, limit - out.size()));
     if (n < 0) return std::nullopt;
+    if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
@@ -139,6 +146,35 @@ bool take(std::string_view text, size_t& at, char& tag, StatRecord& r, std::stri
   r = {static_cast<uint32_t>(v[0]), static_cast<uint64_t>(v[1]), static_cast<uint64_t>(v[2]), {v[3], v[4]}, {v[5], v[6]}};
   path = std::string_view(p, static_cast<size_t>(end - p));
   at = nl + 1;
+  return true;
+}
+
+// The watcher's line of a fingerprint: "watch INSTANCE GENERATION", or "watch -" for none.
+std::string watch_line(const std::optional<WatchState>& watch) {
+  return watch ? fmt::format("watch {} {}\n", watch->instance, watch->generation) : std::string("watch -\n");
+}
+
+// No synced file lies in a directory the watcher does not watch.
+template <typename Names>
+bool watched_by(const WatchState& watch, const Names& files) {
+  if (watch.unwatched.empty()) return true;
+  const std::set<std::string_view> unwatched(watch.unwatched.begin(), watch.unwatched.end());
+  for (const auto& f : files) {
+    const std::string_view name = f.first;
+    for (size_t slash = name.find('/'); slash != std::string_view::npos; slash = name.find('/', slash + 1)) {
+      if (unwatched.contains(name.substr(0, slash + 1))) return false;
+    }
+  }
+  return true;
+}
+
+bool write_replacing(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd || ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) || rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return false;
+  }
   return true;
 }
 
@@ -266,6 +302,7 @@ void save_fingerprint(const std::string& path, const std::string& root, const st
   if (!entries) return;
   std::string out(kMagic);
   fmt::format_to(std::back_inserter(out), "{}\n{}\n", root, tree);
+  out += watch_line(start.watch && watched_by(*start.watch, *entries) ? start.watch : std::nullopt);
   for (const auto& [file, rec] : start.config) {
     if (file.find('\n') != std::string::npos) return;
     put(out, rec ? 'C' : 'A', rec.value_or(StatRecord{}), file);
@@ -283,11 +320,7 @@ void save_fingerprint(const std::string& path, const std::string& root, const st
   const std::string dir = path.substr(0, slash);
   mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0700);
   mkdir(dir.c_str(), 0700);
-  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd || ::write(fd.get(), out.data(), out.size()) != static_cast<ssize_t>(out.size()) || rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-  }
+  write_replacing(path, out);
 }
 
 namespace {
@@ -339,11 +372,16 @@ bool all_files_unchanged(int top, const std::vector<Expectation>& files) {
 
 }  // namespace
 
-std::optional<std::string> unchanged_tree(const std::string& path, const std::string& root) {
+std::optional<std::string> unchanged_tree(const std::string& path, const std::string& root,
+                                          const std::optional<WatchState>& watch, Vouched* how) {
+  if (how) *how = Vouched::kNot;
   if (git_environment()) return std::nullopt;
-  auto data = read_all(path);
+  // The header and git's config records lead the file: with the watcher's word, they are all
+  // that is read.
+  constexpr size_t kHead = 16384;
+  auto data = read_all(path, watch ? kHead : SIZE_MAX);
   if (!data || !data->starts_with(kMagic)) return std::nullopt;
-  const std::string_view text = *data;
+  std::string_view text = *data;
   size_t at = kMagic.size();
   const size_t root_end = text.find('\n', at);
   if (root_end == std::string_view::npos || text.substr(at, root_end - at) != root) return std::nullopt;
@@ -351,7 +389,17 @@ std::optional<std::string> unchanged_tree(const std::string& path, const std::st
   const size_t tree_end = text.find('\n', at);
   if (tree_end == std::string_view::npos) return std::nullopt;
   const std::string tree(text.substr(at, tree_end - at));
-  at = tree_end + 1;
+  const size_t watch_at = tree_end + 1;
+  const size_t watch_end = text.find('\n', watch_at);
+  if (watch_end == std::string_view::npos || !text.substr(watch_at).starts_with("watch ")) return std::nullopt;
+  // The same watcher with no event since: only git's config files can have changed unseen.
+  const bool by_watcher = watch && text.substr(watch_at, watch_end + 1 - watch_at) == watch_line(watch);
+  if (!by_watcher && data->size() == kHead) {
+    data = read_all(path);
+    if (!data || !data->starts_with(kMagic)) return std::nullopt;
+    text = *data;
+  }
+  at = watch_end + 1;
   UniqueFd top(::open(root.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!top) return std::nullopt;
   std::vector<Expectation> files;
@@ -362,6 +410,8 @@ std::optional<std::string> unchanged_tree(const std::string& path, const std::st
     if (x.tag == 'A' || x.tag == 'C') {
       const bool present = lstat(std::string(x.name).c_str(), &st) == 0;
       if (present != (x.tag == 'C') || (present && !(file_record(st) == x.want))) return std::nullopt;
+    } else if (by_watcher) {
+      break;  // the config records come first
     } else if (x.tag == 'D') {
       const int rc = x.name.empty() ? fstat(top.get(), &st)
                                     : fstatat(top.get(), std::string(x.name).c_str(), &st, AT_SYMLINK_NOFOLLOW);
@@ -372,7 +422,18 @@ std::optional<std::string> unchanged_tree(const std::string& path, const std::st
       return std::nullopt;
     }
   }
+  if (by_watcher) {
+    if (how) *how = Vouched::kByWatcher;
+    return tree;
+  }
   if (!all_files_unchanged(top.get(), files)) return std::nullopt;
+  if (how) *how = Vouched::kByStats;
+  // Every stat matched after the watcher answered: from now on its answer vouches for them.
+  std::vector<std::pair<std::string_view, int>> names;
+  for (const auto& f : files) names.emplace_back(f.name, 0);
+  if (watch && watched_by(*watch, names)) {
+    write_replacing(path, std::string(text.substr(0, watch_at)) + watch_line(watch) + std::string(text.substr(watch_end + 1)));
+  }
   return tree;
 }
 

@@ -9,6 +9,9 @@
 // the fingerprint is only kept when every file's and directory's mtime and ctime lie before a
 // filesystem timestamp taken before the walk (so a change in the same clock tick as the sync is
 // never hidden); ctime catches an edit that restores the mtime (`touch -r`, `cp -p`).
+// With a checkout watcher (checkout_watch.hpp), the fingerprint also names the watcher's answer
+// read before its stat data was: while the same watcher gives the same answer, nothing changed
+// and no file is looked at (only git's config files).
 // Anything unusual (GIT_* variables, gitlinks, assume-unchanged entries, a configured excludes or
 // attributes file, fsmonitor, a .git file instead of a directory) means no fingerprint.
 #pragma once
@@ -19,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/checkout_watch.hpp"
 #include "motor/expected.hpp"
 
 namespace motor::client {
@@ -41,6 +45,7 @@ struct FingerprintStart {
   FsTime reference;
   std::vector<std::pair<std::string, StatRecord>> dirs;     // relative to the root ("" = the root)
   std::vector<std::pair<std::string, std::optional<StatRecord>>> config;  // absolute; nullopt = absent
+  std::optional<WatchState> watch;  // the watcher's answer, read before anything else
   bool usable = false;
 };
 
@@ -62,8 +67,15 @@ FingerprintStart begin_fingerprint(const std::string& root, const std::string& g
 void save_fingerprint(const std::string& path, const std::string& root, const std::string& tree,
                       const std::string& private_index, const FingerprintStart& start);
 
-// The tree of the last sync if nothing in the checkout changed since; nullopt otherwise.
-std::optional<std::string> unchanged_tree(const std::string& path, const std::string& root);
+// How unchanged_tree vouched for a tree.
+enum class Vouched { kNot, kByWatcher, kByStats };
+
+// The tree of the last sync if nothing in the checkout changed since; nullopt otherwise. With
+// `watch` (the watcher's answer, read before this call looked at anything): if it is the one the
+// fingerprint names, only git's config files are looked at; if not and every stat still matches,
+// the fingerprint is made to name it, for the next run.
+std::optional<std::string> unchanged_tree(const std::string& path, const std::string& root,
+                                          const std::optional<WatchState>& watch = std::nullopt, Vouched* how = nullptr);
 
 // The files of a git index (versions 2-4): path and the stat data git recorded. nullopt when it
 // cannot be read, or holds what the fingerprint cannot vouch for (gitlinks, assume-unchanged or

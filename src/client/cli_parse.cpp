@@ -272,7 +272,9 @@ const char* usage_text() {
 
 Inside a Git checkout, `run` first prepares the checkout's workspace (key -w KEY, else derived
 from the checkout's path), then runs in the same directory relative to its root; --no-sync
-skips that. A transfer shows its progress when stdout is a terminal.
+skips that. A transfer shows its progress when stdout is a terminal. A checkout nothing changed
+in since its last sync is not synced again; a watcher this client starts per checkout tells so
+without a look at its files ($MOTOR_CHECKOUT_WATCH=0: none; docs/workspaces.md).
 
 The socket is --socket, else $MOTOR_SOCKET, else /run/motor/motor.sock. --host (or $MOTOR_HOST)
 reaches a runner on another host through OpenSSH and a reused control master, later calls on a

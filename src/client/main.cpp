@@ -8,6 +8,7 @@
 
 #include "base/heap_reuse.hpp"
 #include "client/cli.hpp"
+#include "client/checkout_watch.hpp"
 #include "client/cli_spec.hpp"
 #include "client/exit_codes.hpp"
 #include "client/screen_command.hpp"
@@ -17,6 +18,8 @@
 int main(int argc, char** argv) {
   // Not a verb: how the client starts its own spare-session keeper (ssh_spare.hpp).
   if (argc > 1 && std::string_view(argv[1]) == motor::client::kSpareKeeperFlag) return motor::client::run_spare_keeper(argc, argv);
+  // Nor is its checkout watcher (checkout_watch.hpp).
+  if (argc > 1 && std::string_view(argv[1]) == motor::client::kCheckoutWatcherFlag) return motor::client::run_checkout_watcher(argc, argv);
   motor::keep_large_buffers_on_the_heap();
   std::vector<std::string> args(argv + 1, argv + argc);
   const motor::cli::ProgramSpec& program = motor::client::client_program();

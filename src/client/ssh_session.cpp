@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "client/detached_helper.hpp"
 #include "motor/sys_error.hpp"
 
 namespace motor::client {
@@ -136,14 +137,8 @@ std::string last_line(const std::string& text) {
 }  // namespace
 
 std::string control_socket_dir() {
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  std::string dir = xdg && xdg[0] == '/' ? std::string(xdg) + "/motor-ssh" : fmt::format("/tmp/motor-ssh-{}", getuid());
   // ssh adds a 17-character suffix while it creates the socket; all of it must fit sun_path.
-  if (dir.size() + 1 + 16 + 17 >= sizeof(sockaddr_un{}.sun_path)) dir = fmt::format("/tmp/motor-ssh-{}", getuid());
-  if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST) return "";
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) return "";
-  return dir;
+  return private_runtime_dir("motor-ssh", 1 + 16 + 17);
 }
 
 std::string SshSession::control_path_for(const SshTarget& target, const std::string& ssh_command) {

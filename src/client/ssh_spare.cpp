@@ -1,24 +1,19 @@
 #include "client/ssh_spare.hpp"
 
-#include <fcntl.h>
-#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <optional>
-#include <vector>
 
+#include "client/detached_helper.hpp"
 #include "client/ssh_session.hpp"
 #include "motor/fd_message.hpp"
 
@@ -33,41 +28,8 @@ constexpr int kTickMs = 1000;
 // How long a call waits for the keeper's answer (it answers at once; a stuck one costs this).
 constexpr int kAnswerWaitMs = 1000;
 
-bool to_address(const std::string& path, sockaddr_un& addr) {
-  addr = {};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return false;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  return true;
-}
-
-bool peer_is_this_user(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
-}
-
-// Binds the keeper's socket: false if another keeper listens on it. A file nobody listens on (a
-// keeper that was killed) is replaced.
-bool bind_keeper(int fd, const std::string& path) {
-  sockaddr_un addr;
-  if (!to_address(path, addr)) return false;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return true;
-  if (errno != EADDRINUSE) return false;
-  UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!probe || connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return false;
-  if (errno != ECONNREFUSED) return false;
-  ::unlink(path.c_str());
-  return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-}
-
 volatile sig_atomic_t stop_requested = 0;
 void request_stop(int) { stop_requested = 1; }
-
-bool is_socket(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-}
 
 }  // namespace
 
@@ -81,7 +43,7 @@ bool spare_sessions_enabled() {
 SpareAnswer take_spare_session(const std::string& keeper_path) {
   SpareAnswer answer;
   sockaddr_un addr;
-  if (!to_address(keeper_path, addr)) return answer;
+  if (!unix_address(keeper_path, addr)) return answer;
   UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd || connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) return answer;
   answer.keeper_answered = true;
@@ -96,36 +58,8 @@ SpareAnswer take_spare_session(const std::string& keeper_path) {
 }
 
 void start_spare_keeper(const SshTarget& target, const std::string& ssh_command, const std::string& control_path) {
-  // This binary by its name (so that ps shows `motor`), or through /proc if it was replaced.
-  char self[PATH_MAX];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string exe = len > 0 ? std::string(self, static_cast<size_t>(len)) : "";
-  if (exe.empty() || exe.ends_with(" (deleted)")) exe = "/proc/self/exe";
-  std::vector<std::string> args{"motor",     kSpareKeeperFlag, control_path, target.url, target.user, target.host,
-                                std::to_string(target.port), ssh_command};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // Everything above allocates; below, until exec, only system calls (the client may have threads).
-  const pid_t child = fork();
-  if (child == 0) {
-    setsid();
-    if (fork() != 0) _exit(0);  // the keeper is nobody's child but init's (or the subreaper's)
-    const int null = ::open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-    syscall(SYS_close_range, 3u, ~0u, 0u);  // the caller's pipes never stay open in the keeper
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(exe.c_str(), argv.data());
-    _exit(127);
-  }
-  if (child > 0) {
-    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
+  start_detached_self({kSpareKeeperFlag, control_path, target.url, target.user, target.host, std::to_string(target.port),
+                       ssh_command});
 }
 
 int run_spare_keeper(int argc, char** argv) {
@@ -144,7 +78,7 @@ int run_spare_keeper(int argc, char** argv) {
   sigaction(SIGHUP, &stop, nullptr);
   const std::string path = spare_keeper_path(control_path);
   UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!listener || !bind_keeper(listener.get(), path)) return 0;
+  if (!listener || !bind_sole_listener(listener.get(), path)) return 0;
   struct stat bound {};
   if (::lstat(path.c_str(), &bound) < 0 || listen(listener.get(), 16) < 0) return 1;
   bool owns_path = true;

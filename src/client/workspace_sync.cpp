@@ -137,6 +137,7 @@ const std::vector<std::string> kFixedIdentity = {
 struct Snapshot {
   std::string cache, private_index, fingerprint, tree;
   bool unchanged = false;  // the fingerprint vouched for the tree: no git ran
+  Vouched vouched = Vouched::kNot;
   FingerprintStart fp_start;
 };
 
@@ -170,15 +171,21 @@ Expected<Snapshot> snapshot(const Checkout& checkout, bool trust_fingerprint) {
   if (auto st = open_cache(s.cache, objects, index, s.private_index); !st) return st.error();
   // Nothing changed since the last sync (checkout_fingerprint.hpp): its tree, without git.
   s.fingerprint = fingerprint_path(cache_base(), checkout.root);
+  const std::string git_dir = index.substr(0, index.rfind('/'));
+  const bool plain_checkout = objects == git_dir + "/objects";  // .git a directory of its own
+  // The watcher's answer first: whatever changes after it is an event it reports next time.
+  const auto watch = plain_checkout ? checkout_watch_state(checkout.root) : std::nullopt;
   if (trust_fingerprint) {
-    if (auto tree = unchanged_tree(s.fingerprint, checkout.root); tree && protocol::is_object_id(*tree)) {
+    if (auto tree = unchanged_tree(s.fingerprint, checkout.root, watch, &s.vouched); tree && protocol::is_object_id(*tree)) {
       s.tree = *tree;
       s.unchanged = true;
       return s;
     }
   }
-  const std::string git_dir = index.substr(0, index.rfind('/'));
-  if (objects == git_dir + "/objects") s.fp_start = begin_fingerprint(checkout.root, git_dir, s.cache);
+  if (plain_checkout) {
+    s.fp_start = begin_fingerprint(checkout.root, git_dir, s.cache);
+    s.fp_start.watch = watch;
+  }
   const std::vector<std::string> private_env = {"GIT_INDEX_FILE=" + s.private_index, "GIT_OBJECT_DIRECTORY=" + s.cache + "/objects"};
   if (auto st = git_ok({"-C", checkout.root, "add", "-A", "--", "."}, private_env); !st) return st.error();
   auto tree = git_ok({"-C", checkout.root, "write-tree"}, private_env);

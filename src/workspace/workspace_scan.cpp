@@ -66,8 +66,12 @@ struct QuickCheck {
   std::shared_ptr<const void> baseline_owner;  // keeps `skip` and `since` alive
   const std::set<std::string>* skip = nullptr;
   FsStamp since;
+  std::shared_ptr<ChangeFeed> feed;  // the baseline's, if it has one
   Expected<FsStamp> now = make_error("internal", "not run");
   std::optional<WalkVerdict> verdict;
+  bool by_feed = false;                  // the feed heard of nothing: no walk
+  std::shared_ptr<ChangeFeed> new_feed;  // started before a walk that found the tree unchanged
+  std::string feed_refused;
   uint64_t started_ns = 0, walked_ns = 0;
   std::function<void(QuickCheck&)> then;
 };
@@ -93,6 +97,7 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     check->baseline_owner = b;
     check->skip = &b->skip;
     check->since = b->taken;
+    check->feed = b->feed;
   }
   check->started_ns = uv_hrtime();
   check->then = [this, alive = alive_, k, caller, key, memory_bytes, base = std::move(base),
@@ -100,8 +105,16 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
     if (!*alive) return;
     auto rec = records_.find(k);
     if (rec != records_.end() && c.verdict && c.verdict->unchanged && rec->second.baseline.get() == c.baseline_owner.get()) {
-      log_debug("workspace {}: scan answered from its baseline: {} inodes unchanged, walked in {} us", k,
-                c.verdict->entries, (c.walked_ns - c.started_ns) / 1000);
+      if (c.by_feed) {
+        log_debug("workspace {}: scan answered from its baseline: its change feed heard of nothing ({} watches), in {} us", k,
+                  c.feed->watches(), (c.walked_ns - c.started_ns) / 1000);
+      } else {
+        log_debug("workspace {}: scan answered from its baseline: {} inodes unchanged, walked in {} us{}", k,
+                  c.verdict->entries, (c.walked_ns - c.started_ns) / 1000,
+                  c.new_feed ? fmt::format("; change feed started ({} watches)", c.new_feed->watches())
+                             : c.feed_refused.empty() ? std::string() : "; no change feed: " + c.feed_refused);
+        if (c.new_feed) rec->second.baseline->feed = std::move(c.new_feed);
+      }
       settle(k);
       const auto baseline = rec->second.baseline;
       return answer_scan(k, baseline->report, std::move(base), done);
@@ -117,7 +130,15 @@ void Workspaces::scan(const std::string& caller, const std::string& key, int64_t
       [](uv_work_t* req) {
         auto& c = *static_cast<QuickCheck*>(req->data);
         c.now = filesystem_now(c.marker);
-        if (c.skip) c.verdict = unchanged_since(c.workspace, *c.skip, c.since);
+        if (c.skip && c.feed && !c.feed->changed()) {
+          c.verdict = WalkVerdict{true, "", 0};
+          c.by_feed = true;
+        } else if (c.skip) {
+          // The feed first, then the walk: the walk vouches up to now, the feed from its start.
+          auto feed = ChangeFeed::start(c.workspace, *c.skip, &c.feed_refused);
+          c.verdict = unchanged_since(c.workspace, *c.skip, c.since);
+          if (c.verdict->unchanged) c.new_feed = std::move(feed);
+        }
         c.walked_ns = uv_hrtime();
       },
       [](uv_work_t* req, int) {

@@ -24,6 +24,7 @@
 #include "protocol/messages.hpp"
 #include "reactor/uv_handle.hpp"
 #include "motor/unique_fd.hpp"
+#include "workspace/change_feed.hpp"
 #include "workspace/change_report.hpp"
 #include "workspace/child_process.hpp"
 #include "workspace/stat_walk.hpp"
@@ -145,11 +146,13 @@ class Workspaces {
   struct Transfer;
   // The last full scan's report with a filesystem stamp taken before its git started: the next
   // scan answers with it when no inode of the workspace changed since (stat_walk.hpp), entering
-  // no directory git reported ignored as a whole.
+  // no directory git reported ignored as a whole; or, once a walk found that, when the change feed
+  // started before that walk heard of nothing (change_feed.hpp).
   struct ScanBaseline {
     FsStamp taken;
     std::set<std::string> skip;
     ChangeReport report;
+    mutable std::shared_ptr<ChangeFeed> feed;  // set on the loop only; dropped with the baseline
   };
   struct Record {
     PreparedTree tree;

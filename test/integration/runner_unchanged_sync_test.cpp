@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "client/checkout_fingerprint.hpp"
+#include "client/checkout_watch.hpp"
 #include "support/checkout_fixture.hpp"
 #include "support/runner_harness.hpp"
 #include "support/shell.hpp"
@@ -97,6 +98,31 @@ TEST_F(RunnerUnchangedSync, EveryLocalChangeIsSyncedEvenWithinTheSameSecond) {
   // An ignored file changes nothing the job sees (its directory's stat moved: a full sync, still right).
   sh(repo_, "echo noise > debug.log");
   EXPECT_EQ(run("test ! -e debug.log && echo absent").out, "absent\n");
+}
+
+// The client starts a watcher for the checkout (src/client/checkout_watch.hpp): by the third run
+// the fingerprint names its answer, and the runs still start no git. It ends when the checkout is
+// removed, although `motor run` started it from inside the checkout.
+TEST_F(RunnerUnchangedSync, TheCheckoutsWatcherVouchesForLaterRunsAndEndsWithTheCheckout) {
+  // No .gitignore: its removal alone would end the watcher, whatever happens to the root.
+  sh(repo_, "git rm -q .gitignore && git commit -qm no-ignores");
+  settle();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(run("true").exit_code, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the watcher walks the tree
+  }
+  const std::string fingerprint = read_file(client::fingerprint_path(base_ + "/cache", repo_));
+  EXPECT_NE(fingerprint.find("\nwatch "), std::string::npos);
+  EXPECT_EQ(fingerprint.find("\nwatch -\n"), std::string::npos) << "no watcher's answer in the fingerprint";
+  expect_fast_run();
+  const auto watchers = processes_with(std::string(client::kCheckoutWatcherFlag) + " " + repo_ + " ");
+  ASSERT_EQ(watchers.size(), 1u);
+  remove_tree(repo_);
+  for (int i = 0; i < 500 && !processes_with(std::string(client::kCheckoutWatcherFlag) + " " + repo_ + " ").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(processes_with(std::string(client::kCheckoutWatcherFlag) + " " + repo_ + " ").empty())
+      << "the watcher outlived its checkout";
 }
 
 TEST_F(RunnerUnchangedSync, IndexEntriesAreReadFromEveryIndexVersion) {

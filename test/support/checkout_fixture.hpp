@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <memory>
@@ -30,6 +31,12 @@ class CheckoutAndRunner : public ::testing::Test {
   void TearDown() override {
     runner_.reset();
     remove_tree(base_);
+    // The client's checkout watchers (src/client/checkout_watch.hpp) end with their checkout.
+    const std::string watcher = "--checkout-watcher " + base_ + "/";
+    for (int i = 0; i < 500 && !processes_with(watcher).empty(); ++i) usleep(10000);
+    const auto left = processes_with(watcher);
+    EXPECT_TRUE(left.empty()) << "a checkout watcher outlived its checkout";
+    for (pid_t pid : left) kill(pid, SIGKILL);
   }
   // Shell steps in the new checkout that make the files of its first commit.
   virtual std::string checkout_script() const = 0;
