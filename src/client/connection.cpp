@@ -50,7 +50,7 @@ Expected<Connection> Connection::open(const Endpoint& endpoint, const char* ssh_
     auto spare = take_spare_session(spare_keeper_path(control_path));
     keeper_answered = spare.keeper_answered;
     if (spare.session) {
-      if (auto c = from_spare(target, std::move(spare.session))) return std::move(*c);
+      if (auto c = from_spare(target, control_path, std::move(spare))) return std::move(*c);
     }
   }
   auto c = open_ssh(target, ssh_command);
@@ -61,13 +61,25 @@ Expected<Connection> Connection::open(const Endpoint& endpoint, const char* ssh_
   return c;
 }
 
-std::optional<Connection> Connection::from_spare(const SshTarget& target, UniqueFd stream) {
-  Connection c(std::move(stream));
+std::optional<Connection> Connection::from_spare(const SshTarget& target, const std::string& control_path,
+                                                 SpareAnswer spare) {
+  Connection c(std::move(spare.session));
   c.remote_host_ = target.host;
-  // runner.hello first, as on a session of its own: nothing that changes anything is sent on a
-  // spare before the runner answered on it. One that ended or hangs (its master stopped) is
-  // dropped; the call's own session then finds out why, and replaces the master if need be.
-  if (auto st = c.hello(std::chrono::seconds(3)); !st) return std::nullopt;
+  // Nothing that changes anything is sent on a spare before the runner answered runner.hello on
+  // it: the keeper's hello, answered before the hand-over (checked here as our own), or still to
+  // come (read first), or our own on an older keeper's spare. One that ended or hangs (its master
+  // stopped) is dropped; the call's own session then finds out why, and replaces the master if
+  // need be. A spare answered before the hand-over still needs its master: a stopped one shows
+  // nothing to the keeper, so it is asked on its local socket (not the runner: no round trip over
+  // the network). (A spare whose path ends between that and our first request is a connection
+  // lost before the job's id, as on a session of our own: never a job run twice.)
+  constexpr std::chrono::seconds kSpareLimit{3};
+  if (spare.hello_reply && !control_master_answers(control_path, kSpareLimit)) return std::nullopt;
+  Status st = spare.hello_reply ? c.check_hello(*spare.hello_reply)
+              : spare.hello_sent ? c.await_hello(kSpareLimit)
+                                 : c.hello(kSpareLimit);
+  if (!st) return std::nullopt;
+  c.runner_answered_ = true;
   return c;
 }
 
@@ -97,9 +109,17 @@ Status Connection::hello(std::chrono::milliseconds limit) {
   if (auto s = send_raw(R"({"id":0,"method":"runner.hello","params":{}})"); !s) {
     return s.error().code == "unreachable" ? stream_ended() : s.error();
   }
+  return await_hello(limit);
+}
+
+Status Connection::await_hello(std::chrono::milliseconds limit) {
   if (auto st = fill(nullptr, limit); !st) return st.error();
   std::string frame = std::move(frames_.front());
   frames_.pop_front();
+  return check_hello(frame);
+}
+
+Status Connection::check_hello(const std::string& frame) {
   auto m = protocol::parse_message(*parser_, frame);
   if (!m) return make_error(kNotBridged, "the host's motor-runner connect sent a message this client cannot read");
   if (auto refusal = as_refusal(*m)) return *refusal;

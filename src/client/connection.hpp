@@ -12,6 +12,7 @@
 #include <string>
 
 #include "client/ssh_session.hpp"
+#include "client/ssh_spare.hpp"
 #include "client/ssh_target.hpp"
 #include "motor/expected.hpp"
 #include "motor/unique_fd.hpp"
@@ -55,8 +56,11 @@ class Connection {
   explicit Connection(UniqueFd fd);
   static Expected<Connection> open_ssh(const SshTarget& target, const char* ssh_command);
   // A spare session's stream, once it answered runner.hello; nullopt sends the call its own way.
-  static std::optional<Connection> from_spare(const SshTarget& target, UniqueFd stream);
+  static std::optional<Connection> from_spare(const SshTarget& target, const std::string& control_path, SpareAnswer spare);
+  // runner.hello: sent and its answer read and checked; the answer only; an answer as received.
   Status hello(std::chrono::milliseconds limit);
+  Status await_hello(std::chrono::milliseconds limit);
+  Status check_hello(const std::string& frame);
   // Reads frames into frames_ until there is one; `limit` < 0: no limit. Errors: the stream
   // ended ("unreachable", or over SSH why), a broken frame ("protocol"), "interrupted", "timeout".
   Status fill(bool (*interrupted)(), std::chrono::milliseconds limit);

@@ -1,6 +1,7 @@
 #include "client/ssh_session.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -135,6 +136,50 @@ std::string last_line(const std::string& text) {
 }
 
 }  // namespace
+
+bool control_master_answers(const std::string& control_path, std::chrono::milliseconds limit) {
+  constexpr uint32_t kHello = 0x00000001, kAliveCheck = 0x10000004, kAlive = 0x80000005, kVersion = 4, kRequest = 1;
+  sockaddr_un addr{};
+  if (!unix_address(control_path, addr)) return false;
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd || connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) return false;
+  auto put = [](std::string& out, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((v >> shift) & 0xff));
+  };
+  std::string out;
+  for (uint32_t v : {8u, kHello, kVersion, 8u, kAliveCheck, kRequest}) put(out, v);
+  if (::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size())) return false;
+  auto get = [](const std::string& in, size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(in[at + i]);
+    return v;
+  };
+  // The master's hello, then its answer: [len][type][request id][pid].
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string in;
+  for (bool hello_seen = false;;) {
+    if (in.size() >= 4 && in.size() >= 4 + size_t{get(in, 0)}) {
+      const size_t len = get(in, 0);
+      if (len < 4 || len > 4096) return false;
+      const uint32_t type = get(in, 4);
+      if (!hello_seen) {
+        if (type != kHello) return false;
+        hello_seen = true;
+      } else {
+        return type == kAlive && len >= 8 && get(in, 8) == kRequest;
+      }
+      in.erase(0, 4 + len);
+      continue;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd.get(), POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) != 1) return false;
+    char buf[512];
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) return false;
+    in.append(buf, static_cast<size_t>(n));
+  }
+}
 
 std::string control_socket_dir() {
   // ssh adds a 17-character suffix while it creates the socket; all of it must fit sun_path.

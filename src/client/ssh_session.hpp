@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 
 #include "client/ssh_target.hpp"
@@ -68,6 +69,12 @@ class SshSession {
   int status_ = 0;            // once reaped
   UniqueFd stderr_;           // a memfd holding what ssh wrote on stderr
 };
+
+// Does the control master at `control_path` answer within `limit`? OpenSSH's multiplexing
+// protocol (PROTOCOL.mux): a hello each way, then an alive check the master answers with its pid;
+// a stopped or hung master does not. `ssh -O check` asks the same at the cost of a process; this
+// is a round trip on a local socket.
+bool control_master_answers(const std::string& control_path, std::chrono::milliseconds limit);
 
 // The per-user directory that holds the control sockets: $XDG_RUNTIME_DIR/motor-ssh, else
 // /tmp/motor-ssh-UID; created 0700, refused if someone else owns it. "" if none can be had.

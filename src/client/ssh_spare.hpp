@@ -3,6 +3,11 @@
 // call over a Unix socket beside the master's (SCM_RIGHTS), then opens the next spare. A call
 // then costs its own requests, not an SSH session's start (docs/remote-callers.md).
 //
+// The keeper says runner.hello on each spare as it opens it and keeps the answer: a call that
+// takes a spare whose answer came checks that answer (runner.hello's own checks) and sends its
+// requests at once, with no round trip before them; one that takes a spare still waiting for it
+// reads it first. A spare that fails the hello, or says anything else, ends the keeper.
+//
 // The keeper never logs in by itself: its sessions only ride a master a call started
 // (MasterUse::kRideOnly). It exits when a spare ends (the master or the runner went away), when its
 // socket is removed or taken over, and after 300 s without a call, as the master's
@@ -25,6 +30,8 @@ std::string spare_keeper_path(const std::string& control_path);
 struct SpareAnswer {
   bool keeper_answered = false;  // false: no keeper listens (start one after the call's own session)
   UniqueFd session;              // the spare's stream, if it had one
+  std::optional<std::string> hello_reply;  // the runner's answer to the keeper's runner.hello, if it came
+  bool hello_sent = false;       // no answer yet: it is the first frame on the stream
 };
 SpareAnswer take_spare_session(const std::string& keeper_path);
 

@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
+#include "client/ssh_spare.hpp"
 #include "support/runner_harness.hpp"
 #include "support/shell.hpp"
 #include "support/sshd_harness.hpp"
@@ -417,6 +419,29 @@ TEST_F(RemoteCallers, StaleControlMastersAreReplaced) {
 // A call after the first takes a session the keeper opened beforehand: while its job runs, the
 // client has no ssh of its own, and the session serving it is the keeper's. MOTOR_SSH_SPARE=0:
 // no keeper, every call its own ssh (the control: without the keeper the first check fails).
+// The keeper says runner.hello on a spare as it opens it: a call that takes it then gets the
+// runner's answer with it and sends its requests with no round trip before them.
+TEST_F(RemoteCallers, ASpareComesWithTheRunnersAnswerToHello) {
+  ASSERT_TRUE(start_sshd());
+  ASSERT_EQ(sshd_->motor(alice_, {"run", "--no-sync", "--", "true"}).exit_code, 0);
+  ASSERT_GT(keeper_with_a_spare(*sshd_), 0);
+  ASSERT_EQ(sshd_->keeper_sockets().size(), 1u);
+  std::optional<std::string> reply;
+  for (int i = 0; i < 100 && !reply; ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto spare = client::take_spare_session(sshd_->keeper_sockets()[0]);
+    ASSERT_TRUE(spare.session.valid());
+    reply = spare.hello_reply;  // else the answer was on its way: the next spare, then
+  }
+  ASSERT_TRUE(reply.has_value()) << "no spare came with the runner's answer";
+  EXPECT_NE(reply->find("\"protocol\""), std::string::npos) << *reply;
+  // A call on such a spare works as any other.
+  std::this_thread::sleep_for(300ms);
+  auto r = sshd_->motor(alice_, {"run", "--no-sync", "--", "echo", "verified"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "verified\n");
+}
+
 TEST_F(RemoteCallers, LaterCallsRideASpareSessionOpenedBeforehand) {
   ASSERT_TRUE(start_sshd());
   auto env = sshd_->client_env(alice_);
