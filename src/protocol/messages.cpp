@@ -616,6 +616,11 @@ Expected<Message> parse_message(simdjson::dom::parser& parser, std::string_view 
   if (!root) return root.error();
   object obj;
   if (root->get_object().get(obj)) return bad("a message must be a JSON object");
+  // Only an output record travels as a binary frame (found by fuzz_client_stream: an error or a
+  // result header was read as one, its bytes dropped).
+  if (raw_bytes && (obj.at_key("error").error() != simdjson::NO_SUCH_FIELD || obj.at_key("result").error() != simdjson::NO_SUCH_FIELD)) {
+    return bad("a binary frame that is not an output record");
+  }
   Message m;
   m.raw = std::string(payload);
   int64_t id = 0;

@@ -64,7 +64,12 @@ TEST(OutputFrame, ABrokenBinaryFrameIsRefusedNotMisread) {
   const std::string no_header = std::string(1, '\0') + std::string("\0\0\0\0", 4) + "abc";
   const std::string cut = good.substr(0, 3);
   std::string not_output = std::string(1, '\0') + std::string("\0\0\0\x19", 4) + R"({"id":1,"type":"started"})";
-  for (const std::string& bad : {header_too_long, no_header, cut, not_output}) {
+  // Found by fuzz_client_stream: a binary frame whose header is an error or a result was read as one.
+  const std::string error = R"({"id":1,"error":{"code":"bad_request","message":"no"}})";
+  const std::string as_error = std::string(1, '\0') + std::string("\0\0\0", 3) + static_cast<char>(error.size()) + error + "xyz";
+  const std::string result = R"({"id":1,"result":{}})";
+  const std::string as_result = std::string(1, '\0') + std::string("\0\0\0", 3) + static_cast<char>(result.size()) + result;
+  for (const std::string& bad : {header_too_long, no_header, cut, not_output, as_error, as_result}) {
     auto m = parse_message(parser, bad);
     EXPECT_FALSE(m) << "read a broken binary frame";
     if (!m) {
