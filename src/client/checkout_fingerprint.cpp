@@ -72,6 +72,12 @@ StatRecord file_record(const struct stat& st) {
           {static_cast<uint32_t>(st.st_ctim.tv_sec), st.st_ctim.tv_nsec}};
 }
 
+// A config or exclude file: its stat data whole (not cut as git's index cuts a file's).
+StatRecord config_record(const struct stat& st) {
+  return {st.st_mode, static_cast<uint64_t>(st.st_size), st.st_ino, {st.st_mtim.tv_sec, st.st_mtim.tv_nsec},
+          {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
+}
+
 bool before(const StatRecord& r, const FsTime& ref) { return r.mtime < ref && r.ctime < ref; }
 
 // Every directory below `fd` (relative path `rel`) but .git; false past kMaxDirs or on an error.
@@ -154,13 +160,13 @@ std::string watch_line(const std::optional<WatchState>& watch) {
   return watch ? fmt::format("watch {} {}\n", watch->instance, watch->generation) : std::string("watch -\n");
 }
 
-// No synced file lies in a directory the watcher does not watch.
-template <typename Names>
-bool watched_by(const WatchState& watch, const Names& files) {
+// No synced file (`name_of` each of `files`) lies in a directory the watcher does not watch.
+template <typename Files, typename NameOf>
+bool watched_by(const WatchState& watch, const Files& files, NameOf name_of) {
   if (watch.unwatched.empty()) return true;
   const std::set<std::string_view> unwatched(watch.unwatched.begin(), watch.unwatched.end());
   for (const auto& f : files) {
-    const std::string_view name = f.first;
+    const std::string_view name = name_of(f);
     for (size_t slash = name.find('/'); slash != std::string_view::npos; slash = name.find('/', slash + 1)) {
       if (unwatched.contains(name.substr(0, slash + 1))) return false;
     }
@@ -204,19 +210,30 @@ std::vector<std::string> git_config_files(const std::string& git_dir) {
   return files;
 }
 
+std::optional<ConfigRecords> config_records(const std::string& git_dir) {
+  ConfigRecords out;
+  for (const std::string& f : git_config_files(git_dir)) {
+    struct stat st {};
+    if (lstat(f.c_str(), &st) != 0) {
+      if (errno != ENOENT) return std::nullopt;
+      out.emplace_back(f, std::nullopt);
+    } else {
+      out.emplace_back(f, config_record(st));
+    }
+  }
+  return out;
+}
+
 FingerprintStart begin_fingerprint(const std::string& root, const std::string& git_dir, const std::string& reference_dir) {
   FingerprintStart s;
   if (git_environment()) return s;
   auto clock = filesystem_clock(reference_dir);
   if (!clock) return s;
   s.reference = *clock;
-  for (const std::string& f : git_config_files(git_dir)) {
-    struct stat st {};
-    if (lstat(f.c_str(), &st) != 0) {
-      if (errno != ENOENT) return s;
-      s.config.emplace_back(f, std::nullopt);
-      continue;
-    }
+  auto config = config_records(git_dir);
+  if (!config) return s;
+  for (const auto& [f, rec] : *config) {
+    if (!rec) continue;
     // Settings that name more files, or a file system monitor, decide what git sees from
     // outside what is fingerprinted.
     auto text = read_all(f);
@@ -226,8 +243,8 @@ FingerprintStart begin_fingerprint(const std::string& root, const std::string& g
     for (const char* word : {"excludesfile", "attributesfile", "fsmonitor", "include", "worktree", "untrackedcache"}) {
       if (lower.find(word) != std::string::npos) return s;
     }
-    s.config.emplace_back(f, file_record(st));
   }
+  s.config = std::move(*config);
   UniqueFd top(::open(root.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
   if (!top || fstat(top.get(), &st) != 0) return s;
@@ -302,7 +319,8 @@ void save_fingerprint(const std::string& path, const std::string& root, const st
   if (!entries) return;
   std::string out(kMagic);
   fmt::format_to(std::back_inserter(out), "{}\n{}\n", root, tree);
-  out += watch_line(start.watch && watched_by(*start.watch, *entries) ? start.watch : std::nullopt);
+  const auto entry_name = [](const auto& entry) { return std::string_view(entry.first); };
+  out += watch_line(start.watch && watched_by(*start.watch, *entries, entry_name) ? start.watch : std::nullopt);
   for (const auto& [file, rec] : start.config) {
     if (file.find('\n') != std::string::npos) return;
     put(out, rec ? 'C' : 'A', rec.value_or(StatRecord{}), file);
@@ -409,7 +427,7 @@ std::optional<std::string> unchanged_tree(const std::string& path, const std::st
     struct stat st {};
     if (x.tag == 'A' || x.tag == 'C') {
       const bool present = lstat(std::string(x.name).c_str(), &st) == 0;
-      if (present != (x.tag == 'C') || (present && !(file_record(st) == x.want))) return std::nullopt;
+      if (present != (x.tag == 'C') || (present && !(config_record(st) == x.want))) return std::nullopt;
     } else if (by_watcher) {
       break;  // the config records come first
     } else if (x.tag == 'D') {
@@ -429,9 +447,7 @@ std::optional<std::string> unchanged_tree(const std::string& path, const std::st
   if (!all_files_unchanged(top.get(), files)) return std::nullopt;
   if (how) *how = Vouched::kByStats;
   // Every stat matched after the watcher answered: from now on its answer vouches for them.
-  std::vector<std::pair<std::string_view, int>> names;
-  for (const auto& f : files) names.emplace_back(f.name, 0);
-  if (watch && watched_by(*watch, names)) {
+  if (watch && watched_by(*watch, files, [](const Expectation& f) { return f.name; })) {
     write_replacing(path, std::string(text.substr(0, watch_at)) + watch_line(watch) + std::string(text.substr(watch_end + 1)));
   }
   return tree;

@@ -40,11 +40,14 @@ struct StatRecord {
   bool operator==(const StatRecord&) const = default;
 };
 
+// Git's config and exclude files (git_config_files) with their stat data; nullopt = absent.
+using ConfigRecords = std::vector<std::pair<std::string, std::optional<StatRecord>>>;
+
 // Taken before `git add`: the reference time and the directories and config files as they were.
 struct FingerprintStart {
   FsTime reference;
   std::vector<std::pair<std::string, StatRecord>> dirs;     // relative to the root ("" = the root)
-  std::vector<std::pair<std::string, std::optional<StatRecord>>> config;  // absolute; nullopt = absent
+  ConfigRecords config;
   std::optional<WatchState> watch;  // the watcher's answer, read before anything else
   bool usable = false;
 };
@@ -57,6 +60,9 @@ std::string fingerprint_path(const std::string& cache_base, const std::string& r
 
 // The config and exclude files git reads for this checkout (absolute paths).
 std::vector<std::string> git_config_files(const std::string& git_dir);
+
+// Those files as they are now; nullopt when one cannot be looked at (other than absent).
+std::optional<ConfigRecords> config_records(const std::string& git_dir);
 
 // Before the sync's `git add`. `reference_dir`: a writable directory on which a file is made to
 // read the filesystem's clock.

@@ -1,7 +1,6 @@
 #include "client/checkout_watch.hpp"
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -45,44 +44,7 @@ constexpr int kAnswerWaitMs = 200;
 constexpr size_t kMaxWatches = 65536;
 constexpr size_t kMaxAnswer = 60000;
 
-volatile sig_atomic_t stop_requested = 0;
-void request_stop(int) { stop_requested = 1; }
-
 size_t watch_budget() { return std::min(kMaxWatches, InotifyTree::user_watch_limit(kMaxWatches * 4) / 4); }
-
-// Git's config and exclude files as the watcher started: what it was told to ignore holds while
-// these do.
-struct ConfigStat {
-  std::string path;
-  bool present = false;
-  ino_t ino = 0;
-  off_t size = 0;
-  timespec mtime{}, ctime{};
-  bool same(const struct stat& st) const {
-    return ino == st.st_ino && size == st.st_size && mtime.tv_sec == st.st_mtim.tv_sec && mtime.tv_nsec == st.st_mtim.tv_nsec &&
-           ctime.tv_sec == st.st_ctim.tv_sec && ctime.tv_nsec == st.st_ctim.tv_nsec;
-  }
-};
-
-std::vector<ConfigStat> read_config_stats(const std::string& git_dir) {
-  std::vector<ConfigStat> out;
-  for (const std::string& f : git_config_files(git_dir)) {
-    ConfigStat c{f};
-    struct stat st {};
-    if (::lstat(f.c_str(), &st) == 0) c = {f, true, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
-    out.push_back(c);
-  }
-  return out;
-}
-
-bool config_unchanged(const std::vector<ConfigStat>& was) {
-  for (const ConfigStat& c : was) {
-    struct stat st {};
-    const bool present = ::lstat(c.path.c_str(), &st) == 0;
-    if (present != c.present || (present && !c.same(st))) return false;
-  }
-  return true;
-}
 
 // Directories git ignores wholly (`target/`), from the checkout's own rules and index.
 std::set<std::string> ignored_directories(const std::string& root) {
@@ -113,7 +75,7 @@ enum class Phase { kWalking, kCannot, kWatching };
 
 // Answers one query on `conn`: false when the watcher cannot vouch any more (it then ends).
 bool answer(int conn, const std::string& root, Phase phase, InotifyTree* watch, uint64_t instance,
-            const std::string& unwatched, const std::vector<ConfigStat>& config) {
+            const std::string& unwatched, const std::optional<ConfigRecords>& config, const std::string& git_dir) {
   pollfd p{conn, POLLIN, 0};
   if (poll(&p, 1, kAnswerWaitMs) != 1) return true;
   char buf[8192];
@@ -126,7 +88,9 @@ bool answer(int conn, const std::string& root, Phase phase, InotifyTree* watch, 
     reply += "none\n";
   } else {
     watch->drain();
-    if (watch->broken() || watch->gitignore_touched() || !config_unchanged(config)) return false;
+    // What git was told to ignore when the watcher started holds while its config and exclude
+    // files do.
+    if (watch->broken() || watch->gitignore_touched() || config_records(git_dir) != config) return false;
     reply += fmt::format("{} {}\n{}", instance, watch->generation(), unwatched);
   }
   (void)::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL);  // a caller gone already: its loss
@@ -211,21 +175,15 @@ int run_checkout_watcher(int argc, char** argv) {
     if (std::string_view(*e).starts_with("GIT_")) git_vars.emplace_back(*e, std::strcspn(*e, "="));
   }
   for (const auto& v : git_vars) unsetenv(v.c_str());
-  signal(SIGPIPE, SIG_IGN);
-  struct sigaction stop {};
-  stop.sa_handler = request_stop;
-  sigaction(SIGTERM, &stop, nullptr);
-  sigaction(SIGHUP, &stop, nullptr);
-  UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!listener || !bind_sole_listener(listener.get(), path)) return 0;
-  struct stat bound {};
-  if (::lstat(path.c_str(), &bound) < 0 || listen(listener.get(), 16) < 0) return 1;
-  bool owns_path = true;
+  catch_stop_signals();
+  auto listener = SoleListener::open(path);
+  if (!listener) return 0;
 
   // The config first: a change after this reading ends the watcher at its next query. The walk
   // (git's ignored directories, then a watch per directory and file) runs beside the loop, which
   // answers "busy" meanwhile: a call never waits for it.
-  const std::vector<ConfigStat> config = read_config_stats(root + "/.git");
+  const std::string git_dir = root + "/.git";
+  const auto config = config_records(git_dir);
   std::string unwatched_text;
   std::optional<InotifyTree> tree;
   bool watching = false;
@@ -237,7 +195,8 @@ int run_checkout_watcher(int argc, char** argv) {
       unwatched.insert(d.substr(0, d.size() - 1));
     }
     tree.emplace(root, std::move(unwatched), watch_budget(), true);
-    watching = unwatched_text.size() <= kMaxAnswer && tree->start();
+    // (A config file that cannot be looked at: no fingerprint either; "none", not a new watcher per call.)
+    watching = config && unwatched_text.size() <= kMaxAnswer && tree->start();
     walked = true;
   };
   std::thread walker;
@@ -253,32 +212,28 @@ int run_checkout_watcher(int argc, char** argv) {
     const bool ready = walked.load();
     if (ready && walker.joinable()) walker.join();
     const Phase phase = !ready ? Phase::kWalking : watching ? Phase::kWatching : Phase::kCannot;
-    pollfd p[2] = {{listener.get(), POLLIN, 0}, {phase == Phase::kWatching ? tree->fd() : -1, POLLIN, 0}};
+    pollfd p[2] = {{listener->fd(), POLLIN, 0}, {phase == Phase::kWatching ? tree->fd() : -1, POLLIN, 0}};
     const int polled = poll(p, 2, ready ? kTickMs : 10);
-    if (stop_requested || (polled < 0 && errno != EINTR)) break;
+    if (stop_requested() || (polled < 0 && errno != EINTR)) break;
     if (polled > 0 && (p[1].revents & POLLIN)) {
       tree->drain();
       if (tree->broken() || tree->gitignore_touched()) break;
     }
     if (polled > 0 && (p[0].revents & POLLIN)) {
-      UniqueFd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      UniqueFd conn(accept4(listener->fd(), nullptr, nullptr, SOCK_CLOEXEC));
       if (conn && peer_is_this_user(conn.get())) {
         last_query = std::chrono::steady_clock::now();
-        if (!answer(conn.get(), root, phase, phase == Phase::kWatching ? &*tree : nullptr, instance, unwatched_text, config)) break;
+        if (!answer(conn.get(), root, phase, phase == Phase::kWatching ? &*tree : nullptr, instance, unwatched_text, config, git_dir)) break;
       }
     }
     if (std::chrono::steady_clock::now() - last_query > kIdleLimit) break;
-    struct stat now {};
-    if (::lstat(path.c_str(), &now) < 0 || now.st_ino != bound.st_ino || now.st_dev != bound.st_dev) {
-      owns_path = false;  // removed, or another watcher's now
-      break;
-    }
+    if (!listener->still_ours()) break;  // removed, or another watcher's now
     // The root's own watch says when it goes; this says it too if something holds the directory.
+    struct stat now {};
     if (::lstat(root.c_str(), &now) < 0 || !S_ISDIR(now.st_mode)) break;
   }
   if (walker.joinable()) walker.join();
-  if (owns_path) ::unlink(path.c_str());
-  return 0;
+  return 0;  // the listener's file removed if still ours
 }
 
 }  // namespace motor::client

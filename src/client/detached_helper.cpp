@@ -64,6 +64,8 @@ bool unix_address(const std::string& path, sockaddr_un& addr) {
   return true;
 }
 
+namespace {
+
 bool bind_sole_listener(int fd, const std::string& path) {
   sockaddr_un addr;
   if (!unix_address(path, addr)) return false;
@@ -75,6 +77,44 @@ bool bind_sole_listener(int fd, const std::string& path) {
   ::unlink(path.c_str());
   return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
 }
+
+volatile sig_atomic_t stop_flag = 0;
+void set_stop_flag(int) { stop_flag = 1; }
+
+}  // namespace
+
+std::optional<SoleListener> SoleListener::open(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd || !bind_sole_listener(fd.get(), path)) return std::nullopt;
+  struct stat bound {};
+  if (::lstat(path.c_str(), &bound) < 0 || listen(fd.get(), 16) < 0) return std::nullopt;
+  return SoleListener(std::move(fd), path, bound.st_dev, bound.st_ino);
+}
+
+SoleListener::SoleListener(SoleListener&& other) noexcept
+    : fd_(std::move(other.fd_)), path_(std::move(other.path_)), dev_(other.dev_), ino_(other.ino_), owned_(other.owned_) {
+  other.owned_ = false;
+}
+
+SoleListener::~SoleListener() {
+  if (owned_) ::unlink(path_.c_str());
+}
+
+bool SoleListener::still_ours() {
+  struct stat now {};
+  if (owned_ && (::lstat(path_.c_str(), &now) < 0 || now.st_ino != ino_ || now.st_dev != dev_)) owned_ = false;
+  return owned_;
+}
+
+void catch_stop_signals() {
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction stop {};
+  stop.sa_handler = set_stop_flag;
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGHUP, &stop, nullptr);
+}
+
+bool stop_requested() { return stop_flag != 0; }
 
 bool peer_is_this_user(int fd) {
   ucred cred{};

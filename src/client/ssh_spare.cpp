@@ -1,7 +1,6 @@
 #include "client/ssh_spare.hpp"
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -36,9 +35,6 @@ constexpr std::chrono::seconds kIdleLimit{300};
 constexpr int kTickMs = 1000;
 // How long a call waits for the keeper's answer (it answers at once; a stuck one costs this).
 constexpr int kAnswerWaitMs = 1000;
-
-volatile sig_atomic_t stop_requested = 0;
-void request_stop(int) { stop_requested = 1; }
 
 }  // namespace
 
@@ -91,19 +87,10 @@ int run_spare_keeper(int argc, char** argv) {
   const std::string ssh_command = argv[7];
   // Only for the master a call of this user with this command rides: nothing else to hold.
   if (control_path.empty() || SshSession::control_path_for(target, ssh_command) != control_path) return 64;
-  signal(SIGPIPE, SIG_IGN);
-  // SIGTERM and SIGHUP end it as its other ends do: socket removed, spare closed. (No
-  // SA_RESTART: the signal interrupts the wait; at worst it is seen one tick later.)
-  struct sigaction stop {};
-  stop.sa_handler = request_stop;
-  sigaction(SIGTERM, &stop, nullptr);
-  sigaction(SIGHUP, &stop, nullptr);
-  const std::string path = spare_keeper_path(control_path);
-  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!listener || !bind_sole_listener(listener.get(), path)) return 0;
-  struct stat bound {};
-  if (::lstat(path.c_str(), &bound) < 0 || listen(listener.get(), 16) < 0) return 1;
-  bool owns_path = true;
+  // SIGTERM and SIGHUP end it as its other ends do: socket removed, spare closed.
+  catch_stop_signals();
+  auto listener = SoleListener::open(spare_keeper_path(control_path));
+  if (!listener) return 0;
 
   std::optional<SshSession> spare;
   UniqueFd spare_stream;
@@ -127,9 +114,9 @@ int run_spare_keeper(int argc, char** argv) {
       hello_reply.reset();
       reply_begun = false;
     }
-    pollfd p[2] = {{listener.get(), POLLIN, 0}, {spare_stream.get(), POLLIN, 0}};
+    pollfd p[2] = {{listener->fd(), POLLIN, 0}, {spare_stream.get(), POLLIN, 0}};
     const int ready = poll(p, 2, kTickMs);
-    if (stop_requested || (ready < 0 && errno != EINTR)) break;
+    if (stop_requested() || (ready < 0 && errno != EINTR)) break;
     if (ready > 0 && p[1].revents != 0) {
       // Nothing but the hello's answer comes on a spare before a call speaks: anything else, or
       // its end, is the master, the network or the runner gone, or a host that answered with
@@ -148,7 +135,7 @@ int run_spare_keeper(int argc, char** argv) {
       }
     }
     if (ready > 0 && (p[0].revents & POLLIN)) {
-      UniqueFd caller(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      UniqueFd caller(accept4(listener->fd(), nullptr, nullptr, SOCK_CLOEXEC));
       // A spare part of whose answer the keeper read cannot be handed over (the call would miss
       // that part): the call opens its own session this once.
       if (caller && peer_is_this_user(caller.get()) && (hello_reply || !reply_begun)) {
@@ -165,14 +152,9 @@ int run_spare_keeper(int argc, char** argv) {
       }
     }
     if (std::chrono::steady_clock::now() - last_call > kIdleLimit) break;
-    struct stat now {};
-    if (::lstat(path.c_str(), &now) < 0 || now.st_ino != bound.st_ino || now.st_dev != bound.st_dev) {
-      owns_path = false;  // removed, or another keeper's now
-      break;
-    }
+    if (!listener->still_ours()) break;  // removed, or another keeper's now
   }
-  if (owns_path) ::unlink(path.c_str());
-  listener.reset();
+  listener.reset();  // its file removed if still ours
   spare_stream.reset();  // the spare's ssh sees EOF and ends; ~SshSession reaps it
   spare.reset();
   for (auto& s : handed_out) s.release();  // they serve their calls to the end

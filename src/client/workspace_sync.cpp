@@ -137,7 +137,6 @@ const std::vector<std::string> kFixedIdentity = {
 struct Snapshot {
   std::string cache, private_index, fingerprint, tree;
   bool unchanged = false;  // the fingerprint vouched for the tree: no git ran
-  Vouched vouched = Vouched::kNot;
   FingerprintStart fp_start;
 };
 
@@ -176,7 +175,7 @@ Expected<Snapshot> snapshot(const Checkout& checkout, bool trust_fingerprint) {
   // The watcher's answer first: whatever changes after it is an event it reports next time.
   const auto watch = plain_checkout ? checkout_watch_state(checkout.root) : std::nullopt;
   if (trust_fingerprint) {
-    if (auto tree = unchanged_tree(s.fingerprint, checkout.root, watch, &s.vouched); tree && protocol::is_object_id(*tree)) {
+    if (auto tree = unchanged_tree(s.fingerprint, checkout.root, watch); tree && protocol::is_object_id(*tree)) {
       s.tree = *tree;
       s.unchanged = true;
       return s;
