@@ -64,6 +64,8 @@ void SandboxPool::stop(const std::string& why) {
 }
 
 size_t SandboxPool::ready() const {
+  // None is ready for a job before the proof: take() hands out nothing until then.
+  if (stopped_ || proof_ != Proof::kProven) return 0;
   size_t n = 0;
   for (const auto& [id, e] : entries_) n += e.ready ? 1 : 0;
   return n;

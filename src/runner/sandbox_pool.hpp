@@ -77,7 +77,7 @@ class SandboxPool {
   void clear();
   // No sandbox is handed out any more (a late bind failed): each job builds its own.
   void stop(const std::string& why);
-  size_t ready() const;
+  size_t ready() const;  // built, waiting and takeable by a job (0 before the proof)
   uint64_t taken() const { return taken_; }  // sandboxes handed to jobs since the start
 
  private:
