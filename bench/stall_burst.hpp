@@ -65,6 +65,13 @@ inline void print_slow_calls(const std::string& log, std::string_view which) {
     at = end;
   }
   fmt::print("calls the runner ({}) logged as stalling its loop (>= 5 ms): {}\n{}", which, slow, examples);
+  // With MOTOR_LOOP_TRACE_US set (the runners inherit it): each traced iteration, as logged.
+  if (std::getenv("MOTOR_LOOP_TRACE_US") == nullptr) return;
+  for (at = 0; (at = log.find("loop trace: ", at)) != std::string::npos;) {
+    const size_t end = log.find('\n', at);
+    fmt::print("    {}\n", log.substr(at, end - at));
+    at = end;
+  }
 }
 
 // The wall figure alone (motor_bench_start).

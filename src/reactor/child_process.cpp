@@ -1,4 +1,5 @@
 #include "reactor/child_process.hpp"
+#include "reactor/slow_call.hpp"
 
 #include <signal.h>
 #include <sys/syscall.h>
@@ -223,7 +224,10 @@ Expected<std::unique_ptr<ChildProcess>> ChildProcess::spawn(uv_loop_t* loop, con
   opts.exit_cb = [](uv_process_t* p, int64_t status, int sig) {
     static_cast<Watch*>(p->data)->on_exit(sig ? -1 : static_cast<int>(status), sig);
   };
-  const int rc = uv_spawn(loop, &w->process, &opts);
+  const int rc = [&] {
+    SlowCall timed("spawning a helper process");
+    return uv_spawn(loop, &w->process, &opts);
+  }();
   w->initialized(&w->process);  // libuv wants it closed even after a failed spawn
   if (rc != 0) {
     w->close_all();

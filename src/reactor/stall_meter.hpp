@@ -8,7 +8,10 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "reactor/slow_call.hpp"
 #include "reactor/uv_handle.hpp"
 
 namespace motor::reactor {
@@ -22,6 +25,12 @@ class StallMeter {
   uint64_t worst_cpu_us() const { return worst_cpu_ns_ / 1000; }
   // Resets the worst figures (the benchmark measures one phase at a time). The iteration that
   // calls it is not counted: what ran before the reset in it belongs to the phase before.
+  // The loop trace (a diagnostic: bench/README.md): every iteration that stalls the loop for
+  // `threshold_us` or more is reported with the measured calls (reactor::SlowCall) it ran,
+  // "what start+duration (CPU time)" in microseconds from the iteration's start, nested ones
+  // marked with '>'.
+  using TraceReporter = void (*)(uint64_t wall_us, uint64_t cpu_us, const std::string& calls);
+  void trace_from(uint64_t threshold_us, TraceReporter reporter);
   void reset() {
     worst_ns_ = 0;
     worst_cpu_ns_ = 0;
@@ -30,6 +39,7 @@ class StallMeter {
 
  private:
   void on_prepare();
+  void report_trace(uint64_t busy_ns, uint64_t cpu_ns, uint64_t began_ns, const std::vector<SlowCall::Noted>& noted) const;
 
   UvHandle<uv_prepare_t> prepare_;  // runs once per iteration, right before polling
   uv_loop_t* loop_;
@@ -38,6 +48,8 @@ class StallMeter {
   uint64_t last_cpu_ns_ = 0;
   uint64_t worst_ns_ = 0;
   uint64_t worst_cpu_ns_ = 0;
+  uint64_t trace_ns_ = 0;  // 0: no trace
+  TraceReporter trace_reporter_ = nullptr;
 };
 
 }  // namespace motor::reactor

@@ -1,3 +1,4 @@
+#include "reactor/slow_call.hpp"
 #include "runner/job.hpp"
 
 #include <chrono>
@@ -189,6 +190,7 @@ void Job::execution_start_failed(const std::string& detail) {
 }
 
 void Job::execution_ended(ExecutionEnd end) {
+  reactor::SlowCall timed("ending a job", reactor::SlowCall::kTraceOnly);
   end_ = std::move(end);
   maybe_finish();
 }

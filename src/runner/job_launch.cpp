@@ -52,9 +52,12 @@ void Runner::start_admitted(const std::string& job_id, PendingStart pending) {
   const std::string& rel = pending.rel_cwd;
   reactor::SlowCall timed("starting a job");
   const auto& host = pending.host_workspace;  // (ext) a Buildbarn input root: host_workspace.hpp
-  auto ws = host ? resolve_host_dir(config_.bb_build_directory, host->input_root)
-                 : workspace::ensure_workspace_dir(config_.effective_workspace_root(), job->caller(), p.workspace_key,
-                                                   job_account_.uid, job_account_.gid);
+  auto ws = [&] {
+    reactor::SlowCall timed_dir("finding the job's workspace directory", reactor::SlowCall::kTraceOnly);
+    return host ? resolve_host_dir(config_.bb_build_directory, host->input_root)
+                : workspace::ensure_workspace_dir(config_.effective_workspace_root(), job->caller(), p.workspace_key,
+                                                  job_account_.uid, job_account_.gid);
+  }();
   if (!ws) return refuse_queued(*job, RefusalReason::kWorkspaceSetupFailed, ws.error().message);
   // Resolved inside the workspace only: a symlink the job planted never makes the answer depend on
   // the host (test build only: "cwd-beneath" falls back to a plain stat as root).
@@ -65,7 +68,11 @@ void Runner::start_admitted(const std::string& job_id, PendingStart pending) {
       return refuse_queued(*job, RefusalReason::kWorkspaceSetupFailed,
                            "the working directory \"" + rel + "\" does not exist in the workspace");
     }
-  } else if (auto st = workspace::check_dir_beneath(*ws, rel); !st) {
+  } else if (auto st = [&] {
+               reactor::SlowCall timed_cwd("checking the job's working directory", reactor::SlowCall::kTraceOnly);
+               return workspace::check_dir_beneath(*ws, rel);
+             }();
+             !st) {
     return refuse_queued(*job, RefusalReason::kWorkspaceSetupFailed, st.error().message);
   }
   if (p.platform == protocol::Platform::kWindows) {
@@ -82,11 +89,12 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
   const protocol::RunParams& p = pending.params;
   sandbox::SandboxConfig box;
   const sandbox::Account& account = pending.fill ? cache_account_ : job_account_;
-  if (auto refusal = job_sandbox_policy(config_, JobIdentity{account, pending.fill ? cache_group_name_ : job_group_name_,
-                                                             init_path_},
-                                        job.caller(), workspace_dir, p, box)) {
-    return refuse_queued(job, refusal->reason, refusal->detail);
-  }
+  auto refusal = [&] {
+    reactor::SlowCall timed_policy("the job's sandbox policy", reactor::SlowCall::kTraceOnly);
+    return job_sandbox_policy(config_, JobIdentity{account, pending.fill ? cache_group_name_ : job_group_name_, init_path_},
+                              job.caller(), workspace_dir, p, box);
+  }();
+  if (refusal) return refuse_queued(job, refusal->reason, refusal->detail);
   if (pending.fill) fill_sandbox(*pending.fill, box);
   const auto& host = pending.host_workspace;
   if (auto s = host ? use_host_tmp(box, config_.bb_build_directory, *host) : Status{}; !s) {
@@ -98,6 +106,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     if (!network) return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, network.error().message);
     box.network = std::move(*network);
   }
+  reactor::SlowCall timed_launch("the job's command and environment", reactor::SlowCall::kTraceOnly);
   JobLaunch launch;
   launch.command.executable = sandbox::kSandboxInitPath;
   launch.command.argv = linux_init_argv(p, box);

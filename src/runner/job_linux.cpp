@@ -219,6 +219,7 @@ void LinuxExecution::shutdown() { output_.shutdown(); }
 
 void LinuxExecution::on_exit(sandbox::SandboxedExit exit) {
   if (exited_) return;
+  reactor::SlowCall timed("a job's main process exited", reactor::SlowCall::kTraceOnly);
   exited_ = true;
   wait_status_ = exit.wait_status;
   if (exit.init_pipestatus && WIFEXITED(wait_status_) &&

@@ -26,7 +26,7 @@ class JobLogStock {
   JobLogStock(const JobLogStock&) = delete;
   JobLogStock& operator=(const JobLogStock&) = delete;
 
-  // Tops the stock up to `keep` on libuv's pool.
+  // Tops the stock up to `keep` on libuv's pool, in one batch, once it is down to half of it.
   void refill();
   // A new, empty log in `dir` (which must not exist): a ready one renamed there, else (the stock
   // is empty, or the rename failed) made on the spot, as JobLog::create does.
@@ -38,7 +38,7 @@ class JobLogStock {
   std::string spare_dir_;
   size_t keep_;
   uint64_t next_name_ = 0;
-  size_t in_flight_ = 0;
+  size_t in_flight_ = 0;  // logs of the batch being made
   std::deque<std::string> ready_;  // directories, each an empty log (JobLog::make_empty); no fd held
   std::shared_ptr<char> alive_ = std::make_shared<char>();  // the pool's answers check it
 };

@@ -1,3 +1,4 @@
+#include "reactor/slow_call.hpp"
 #include "runner/job_record.hpp"
 
 #include <dirent.h>
@@ -199,6 +200,7 @@ void JobRecord::session_drained(Session& session) {
 }
 
 void JobRecord::pump_all() {
+  reactor::SlowCall timed("sending a job's records", reactor::SlowCall::kTraceOnly);
   drop_stalled_followers();
   for (auto& f : followers_) f.wants_pump = true;
   if (!followers_.empty()) schedule_pump();

@@ -73,12 +73,15 @@ std::vector<Job*> JobTable::running_jobs() const {
   return running;
 }
 
-void JobTable::sweep_ended(int64_t ended_by_ms, const std::function<bool(Job&)>& expire) {
+bool JobTable::sweep_ended(int64_t ended_by_ms, const std::function<bool(Job&)>& expire, size_t most) {
   prune_unfinished();
+  size_t offered = 0;
   for (auto it = by_end_.begin(); it != by_end_.end() && it->first <= ended_by_ms;) {
+    if (offered++ == most) return true;
     Job* job = find(it->second);
     it = !job || expire(*job) ? by_end_.erase(it) : std::next(it);
   }
+  return false;
 }
 
 std::vector<const Job*> JobTable::newest(const std::function<bool(const Job&)>& visible, size_t limit,

@@ -37,8 +37,9 @@ class JobTable {
   std::vector<Job*> running_jobs() const;
   // Finished jobs that ended at or before `ended_by_ms`, oldest end first: `expire(job)` says
   // whether the job is done with (its history removed or gone); one that is not (it has a
-  // follower now) is offered again at the next call.
-  void sweep_ended(int64_t ended_by_ms, const std::function<bool(Job&)>& expire);
+  // follower now) is offered again at the next call. At most `most` jobs are offered: true if
+  // more are due (the caller sweeps again in a later loop iteration).
+  bool sweep_ended(int64_t ended_by_ms, const std::function<bool(Job&)>& expire, size_t most);
   // The newest jobs `visible` admits, oldest first, at most `limit`; *truncated if there are more.
   std::vector<const Job*> newest(const std::function<bool(const Job&)>& visible, size_t limit, bool* truncated) const;
   // Finished jobs nobody follows, oldest first, until at most `keep` finished ones are left;

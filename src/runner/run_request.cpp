@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "reactor/slow_call.hpp"
 #include "config/env_filter.hpp"
 #include "base/job_id.hpp"
 #include "base/log.hpp"
@@ -201,6 +202,7 @@ bool Runner::refused_at_the_door(Session& session, const protocol::Request& r, c
 }
 
 void Runner::accept_job(Session& session, int64_t request_id, PendingStart pending, PriorityClass priority) {
+  reactor::SlowCall timed("accepting a job", reactor::SlowCall::kTraceOnly);
   const protocol::RunParams& p = pending.params;
   auto id = new_job_id();
   if (!id) return session.send(protocol::encode_error(request_id, "internal", id.error().message));

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 
@@ -28,6 +29,8 @@ namespace {
 constexpr uint64_t kExitFlushMs = 2000;
 constexpr uint64_t kMetricsEveryMs = 15000;
 constexpr uint64_t kHistorySweepMs = 3600 * 1000;
+// Expired histories removed per loop iteration at most (each a stat and, if there, a removal).
+constexpr size_t kHistoriesPerSweep = 256;
 // Fresh network namespaces the job starter keeps ready (sandbox/netns_pool.hpp): enough for a
 // burst of starts; each costs the kernel a few tens of KiB while it waits.
 constexpr size_t kNetnsPoolSize = 4;
@@ -108,6 +111,12 @@ Status Runner::start() {
   reactor::SlowCall::set_reporter([](std::string_view what, uint64_t us) {
     log_warning("{} stalled the loop for {:.1f} ms", what, static_cast<double>(us) / 1000.0);
   });
+  // A diagnostic (bench/README.md): what the iterations that stalled the loop this long ran.
+  if (const char* trace = std::getenv("MOTOR_LOOP_TRACE_US"); trace && std::atoi(trace) > 0) {
+    stall_.trace_from(static_cast<uint64_t>(std::atoi(trace)), [](uint64_t wall_us, uint64_t cpu_us, const std::string& calls) {
+      log_info("loop trace: an iteration of {} us (CPU {} us): {}", wall_us, cpu_us, calls);
+    });
+  }
   auto account = sandbox::lookup_unprivileged_account(config_.job_user);
   if (!account) return account.error();
   job_account_ = *account;
@@ -301,6 +310,7 @@ Status Runner::listen() {
 }
 
 void Runner::job_finished(Job& job) {
+  reactor::SlowCall timed("finishing a job", reactor::SlowCall::kTraceOnly);
   fill_finished(job);
   cpu_claims_.release(job.cpus());
   if (outbound_) outbound_->release(job.id());
@@ -328,13 +338,22 @@ void Runner::remove_history(const std::string& job_id) {
 void Runner::expire_histories() {
   const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
-  jobs_.sweep_ended(now - config_.job_log_max_age_s * 1000, [this](Job& job) {
+  const bool more = jobs_.sweep_ended(now - config_.job_log_max_age_s * 1000, [this](Job& job) {
     struct stat st {};
     if (stat(job_dir(job.id()).c_str(), &st) != 0) return true;  // no history left to delete
     if (!job.expire_history()) return false;  // followed right now: the next sweep tries again
     remove_history(job.id());
     return true;
-  });
+  }, kHistoriesPerSweep);
+  // A host that kept thousands of jobs past their age (a restart after a long stop, an upgraded
+  // table) sweeps them a few hundred per loop iteration: all at once stalled the loop 8.6 ms at
+  // 10,000 (bench/README.md, "Session 20").
+  if (more && history_timer_.live()) {
+    uv_timer_t* timer = history_timer_.get();
+    if (const int rc = uv_timer_start(timer, timer->timer_cb, 0, uv_timer_get_repeat(timer)); rc != 0) {
+      log_warning("the rest of the expired histories wait for the next sweep: uv_timer_start: {}", uv_strerror(rc));
+    }
+  }
 }
 
 void Runner::evict_finished() {

@@ -3,6 +3,7 @@
 // workspace_requests.cpp.
 #include <chrono>
 
+#include "reactor/slow_call.hpp"
 #include "motor/version.hpp"
 #include "runner/bridge_account.hpp"
 #include "base/log.hpp"
@@ -48,6 +49,7 @@ void Runner::register_methods() {
 }
 
 void Runner::handle_frame(Session& session, const std::string& frame) {
+  reactor::SlowCall timed("answering a request", reactor::SlowCall::kTraceOnly);
   std::optional<int64_t> id;
   auto request = protocol::parse_request(*parser_, frame, &id);
   if (!request) return session.send(protocol::encode_error(id, request.error().code, request.error().message));

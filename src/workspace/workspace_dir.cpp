@@ -28,19 +28,6 @@ bool safe_component(std::string_view s) {
   return true;
 }
 
-Status ensure_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
-  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
-  struct stat st {};
-  if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
-  // A symlink here would let a path escape; only a real directory will do.
-  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " exists and is not a directory");
-  if (st.st_uid != uid || st.st_gid != gid) {
-    if (chown(path.c_str(), uid, gid) < 0) return sys_error("chown " + path);
-  }
-  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
-  return {};
-}
-
 constexpr size_t kMaxPathKeyBytes = 4096;
 constexpr char kPathKeyMark = '~';
 
@@ -146,15 +133,15 @@ Expected<std::string> ensure_workspace_dir(const std::string& root, const std::s
                                            uid_t owner_uid, gid_t owner_gid) {
   if (!safe_component(caller)) return make_error("workspace_setup_failed", "the caller's name cannot be a directory name");
   if (auto s = validate_workspace_key(key); !s) return s.error();
-  if (auto s = ensure_dir(root, 0711, 0, 0); !s) return s.error();
+  if (auto s = ensure_owned_dir(root, 0711, 0, 0); !s) return s.error();
   auto name = workspace_dir_name(root, caller, key);
   if (!name) return name.error();
   // Test build only ("workspace-names"): <caller>/<key>, below a root-owned caller directory.
   if (const auto slash = name->find('/'); slash != std::string::npos) {
-    if (auto s = ensure_dir(root + "/" + name->substr(0, slash), 0711, 0, 0); !s) return s.error();
+    if (auto s = ensure_owned_dir(root + "/" + name->substr(0, slash), 0711, 0, 0); !s) return s.error();
   }
   const std::string dir = root + "/" + *name;
-  if (auto s = ensure_dir(dir, 0700, owner_uid, owner_gid); !s) return s.error();
+  if (auto s = ensure_owned_dir(dir, 0700, owner_uid, owner_gid); !s) return s.error();
   if (auto s = note_workspace_key(root, caller, key); !s) return s.error();
   return dir;
 }

@@ -42,15 +42,7 @@ bool is_id_name(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-Status ensure_root_dir(const std::string& path, mode_t mode) {
-  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
-  struct stat st {};
-  if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
-  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " exists and is not a directory");
-  if ((st.st_uid != 0 || st.st_gid != 0) && chown(path.c_str(), 0, 0) < 0) return sys_error("chown " + path);
-  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
-  return {};
-}
+Status ensure_root_dir(const std::string& path, mode_t mode) { return ensure_owned_dir(path, mode, 0, 0); }
 
 Expected<SipKey> read_secret(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -91,6 +83,24 @@ Expected<SipKey> root_secret(const std::string& root) {
 std::string keys_dir(const std::string& root, const std::string& caller) { return root + "/" + kKeysDir + "/" + caller; }
 
 }  // namespace
+
+Status ensure_owned_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
+  // Looked at first, made only if missing: a mkdir of one that exists still takes its parent's
+  // lock, which every job start paid while other jobs' sandboxes were being built.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) < 0) {
+    if (errno != ENOENT) return sys_error("checking " + path);
+    if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
+    if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
+  }
+  // A symlink here would let a path escape; only a real directory will do.
+  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " exists and is not a directory");
+  if (st.st_uid != uid || st.st_gid != gid) {
+    if (chown(path.c_str(), uid, gid) < 0) return sys_error("chown " + path);
+  }
+  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
+  return {};
+}
 
 uint64_t siphash24(const SipKey& key, std::string_view data) {
   const uint64_t k0 = load_le64(key.data()), k1 = load_le64(key.data() + 8);

@@ -42,6 +42,9 @@ Expected<std::string> workspace_dir_path(const std::string& root, std::string_vi
 
 // The index workspace.list reads: a caller's keys that have (or had) a directory.
 Status note_workspace_key(const std::string& root, const std::string& caller, const std::string& key);
+// `path` as a real directory (never a symlink) owned by uid:gid with exactly `mode`: made if
+// missing, its owner and mode set if they differ.
+Status ensure_owned_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid);
 void forget_workspace_key(const std::string& root, const std::string& caller, const std::string& key);
 std::vector<std::string> noted_workspace_keys(const std::string& root, const std::string& caller);
 // The key the file at `path`, named `name` (or `name` plus a suffix), stands for

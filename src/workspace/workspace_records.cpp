@@ -45,16 +45,6 @@ std::string path_hash(std::string_view s) {
   return fmt::format("{:016x}", h);
 }
 
-Status ensure_owned_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
-  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("creating " + path);
-  struct stat st {};
-  if (lstat(path.c_str(), &st) < 0) return sys_error("checking " + path);
-  if (!S_ISDIR(st.st_mode)) return make_error("workspace_setup_failed", path + " is not a directory");
-  if ((st.st_uid != uid || st.st_gid != gid) && chown(path.c_str(), uid, gid) < 0) return sys_error("chown " + path);
-  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
-  return {};
-}
-
 std::string refusal_json(const std::string& reason) {
   protocol::JsonWriter w;
   w.begin_object().field("type", "refused_before_start").field("reason", reason).end_object();

@@ -42,7 +42,6 @@ int64_t now_ms();
 std::string id_key(const std::string& caller, const std::string& key);
 // A stable directory name for a repository root.
 std::string path_hash(std::string_view s);
-Status ensure_owned_dir(const std::string& path, mode_t mode, uid_t uid, gid_t gid);
 // {"type":"refused_before_start","reason":R}
 std::string refusal_json(const std::string& reason);
 

@@ -40,18 +40,22 @@ class CoreJobLogStock : public ::testing::Test {
   std::string root_;
 };
 
-TEST_F(CoreJobLogStock, AReadyLogBecomesTheJobsLogAndTheStockTopsItselfUp) {
-  JobLogStock stock(&loop_, root_ + "/ready", 3);
+TEST_F(CoreJobLogStock, AReadyLogBecomesTheJobsLogAndTheStockTopsItselfUpInOneBatch) {
+  JobLogStock stock(&loop_, root_ + "/ready", 4);
   stock.refill();
-  settle(stock, 3);
-  ASSERT_EQ(stock.ready(), 3u);
+  settle(stock, 4);
+  ASSERT_EQ(stock.ready(), 4u);
   auto log = stock.create(root_ + "/job-1", 1 << 20);
   ASSERT_TRUE(log) << log.error().message;
   EXPECT_TRUE(is_dir(root_ + "/job-1"));
   EXPECT_EQ(log->last_seq(), 0);
   ASSERT_TRUE(log->append(JobLog::Kind::kStdout, "hello"));
-  settle(stock, 3);
-  EXPECT_EQ(stock.ready(), 3u) << "the stock makes another one on the pool";
+  settle(stock, 4);
+  EXPECT_EQ(stock.ready(), 3u) << "above half the stock, nothing is made";
+  ASSERT_TRUE(stock.create(root_ + "/job-2", 1 << 20));
+  EXPECT_EQ(stock.ready(), 2u);
+  settle(stock, 4);
+  EXPECT_EQ(stock.ready(), 4u) << "down to half, the stock makes the rest on the pool";
   auto reopened = JobLog::open(root_ + "/job-1", 1 << 20, false);
   ASSERT_TRUE(reopened) << reopened.error().message;
   EXPECT_EQ(reopened->last_seq(), 1);
