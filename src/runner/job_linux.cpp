@@ -391,6 +391,7 @@ void LinuxExecution::maybe_end() {
   // Not while a kill is on the pool: the job's end releases the cgroup that kill still uses.
   if (ended_ || !exited_ || !cgroup_empty_ || kill_in_flight_ || !output_.drained()) return;
   ended_ = true;
+  reactor::SlowCall timed("the end of a job's execution", reactor::SlowCall::kTraceOnly);
   empty_poll_.close();
   sink_.execution_ended(end_state());
 }
@@ -409,6 +410,7 @@ ExecutionEnd LinuxExecution::end_state() {
   oom_watch_.reset();
   end.killed = killed_;
   end.pipestatus = pipestatus_;
+  reactor::SlowCall timed_usage("reading the cgroup's usage", reactor::SlowCall::kTraceOnly);
   const sandbox::CgroupUsage usage = sandbox::read_cgroup_usage(cgroup_->directories());  // (ext) resource_usage
   end.cpu_user_us = usage.cpu_user_us;
   end.cpu_system_us = usage.cpu_system_us;

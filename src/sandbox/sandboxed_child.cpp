@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "reactor/slow_call.hpp"
 #include "sandbox/pipestatus.hpp"
 
 namespace motor::sandbox {
@@ -99,6 +100,7 @@ void SandboxedChild::read_setup_status() {
 }
 
 void SandboxedChild::on_exit(reactor::ChildExit exit) {
+  reactor::SlowCall timed("a sandbox's init exited", reactor::SlowCall::kTraceOnly);
   mount_ns_.reset();  // nothing is mounted into a sandbox that is gone; a finished job holds no fd
   read_setup_status();
   SandboxedExit out;
