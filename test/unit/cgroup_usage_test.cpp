@@ -1,8 +1,6 @@
 // What a job's end reads of its cgroups (sandbox/cgroup_usage.hpp), over directories laid out as
 // the hybrid layout's (v1 controllers, then the unified one) and as pure v2's.
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,25 +9,19 @@
 #include <string>
 
 #include "sandbox/cgroup_usage.hpp"
+#include "temp_dir.hpp"
 
 namespace motor::sandbox {
 namespace {
 
-class CgroupUsageRead : public ::testing::Test {
+class CgroupUsageRead : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/motor-usage-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
   std::string dir(const std::string& name) {
-    const std::string d = root_ + "/" + name;
+    const std::string d = dir_ + "/" + name;
     std::filesystem::create_directories(d);
     return d;
   }
   static void put(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-  std::string root_;
 };
 
 TEST_F(CgroupUsageRead, TheHybridLayoutsV1MemoryPeakAndUnifiedCpuStat) {
@@ -60,7 +52,7 @@ TEST_F(CgroupUsageRead, PureV2PeakAndMissingOrMalformedFilesLeaveFieldsEmpty) {
   EXPECT_EQ(u.memory_peak_bytes, 99);
   EXPECT_FALSE(u.cpu_user_us);
   EXPECT_FALSE(u.cpu_system_us);
-  EXPECT_FALSE(read_cgroup_usage({root_ + "/gone"}).memory_peak_bytes);
+  EXPECT_FALSE(read_cgroup_usage({dir_ + "/gone"}).memory_peak_bytes);
 }
 
 }  // namespace

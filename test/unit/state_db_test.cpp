@@ -12,6 +12,7 @@
 
 #include "base/sqlite.hpp"
 #include "runner/state_store.hpp"
+#include "temp_dir.hpp"
 
 namespace motor::runner {
 namespace {
@@ -47,15 +48,8 @@ off_t size_of(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
 }
 
-class StateDbTest : public ::testing::Test {
+class StateDbTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/motor-state-db-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
 };
 
 // A crash while a transaction's frames were being written (power lost mid-write): what is on

@@ -1,6 +1,7 @@
 // The job table: state.json's codec (the migration's input), the change codec, and state.db
 // (changes, load, a missing or corrupt file). Torn writes, schemas and migration: state_db_test.cpp.
 #include "runner/state_store.hpp"
+#include "temp_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -61,15 +62,8 @@ void expect_same(const PersistedState& a, const PersistedState& b) {
   }
 }
 
-class StateStoreTest : public ::testing::Test {
+class StateStoreTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/motor-state-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
 };
 
 TEST(StateCodec, RoundTrip) {
