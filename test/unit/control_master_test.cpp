@@ -17,6 +17,7 @@
 
 #include "client/ssh_session.hpp"
 #include "motor/unique_fd.hpp"
+#include "temp_dir.hpp"
 
 namespace motor::client {
 namespace {
@@ -29,12 +30,10 @@ std::string be32(uint32_t v) {
   return out;
 }
 
-class ControlMaster : public ::testing::Test {
+class ControlMaster : public test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/motor-control-master-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     path_ = dir_ + "/master";
     listener_ = UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};
@@ -45,8 +44,7 @@ class ControlMaster : public ::testing::Test {
   }
   void TearDown() override {
     if (master_.joinable()) master_.join();
-    unlink(path_.c_str());
-    rmdir(dir_.c_str());
+    TempDirTest::TearDown();
   }
   // The stand-in master: reads the client's hello and alive check, then writes `answer`, and
   // holds the connection until the client closes it.
@@ -69,7 +67,7 @@ class ControlMaster : public ::testing::Test {
   static std::string hello() { return be32(8) + be32(0x00000001) + be32(4); }
   static std::string alive(uint32_t request) { return be32(12) + be32(0x80000005) + be32(request) + be32(4242); }
 
-  std::string dir_, path_;
+  std::string path_;
   UniqueFd listener_;
   std::thread master_;
 };

@@ -4,6 +4,7 @@
 // the root's removal, a moved directory, lost events and the watch limit leave it unable to tell.
 // Also built under ASan and UBSan (the event buffer is taken apart by hand).
 #include "base/inotify_tree.hpp"
+#include "temp_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -20,19 +21,16 @@ namespace {
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-class InotifyTreeTest : public ::testing::Test {
+class InotifyTreeTest : public test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/motor-inotify-tree-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     root_ = dir_ + "/tree";
     for (const std::string& d : {root_, root_ + "/src", root_ + "/target", root_ + "/target/debug", root_ + "/.git", dir_ + "/outside"}) {
       ASSERT_EQ(mkdir(d.c_str(), 0755), 0) << d;
     }
     for (const char* f : {"/a.txt", "/src/main.rs", "/target/debug/bin", "/.git/index"}) write(root_ + f, "old\n");
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
 
   // A watch of the tree, started, with nothing heard yet.
   InotifyTree& watch(std::set<std::string> skip = {"target"}, size_t max = 1000, bool skip_git = true) {
@@ -49,7 +47,7 @@ class InotifyTreeTest : public ::testing::Test {
     return t.generation() != before;
   }
 
-  std::string dir_, root_;
+  std::string root_;
   std::optional<InotifyTree> tree_;
 };
 

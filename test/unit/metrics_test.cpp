@@ -1,6 +1,7 @@
 // Prometheus metrics: the text exposition format line by line, escaping, histogram
 // cumulativity, counter monotonicity, a strict parser of the output, and the atomic textfile.
 #include "runner/metrics.hpp"
+#include "temp_dir.hpp"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -551,17 +552,8 @@ TEST(Metrics, PromtoolAcceptsTheExposition) {
 
 // ---- The textfile for node_exporter. ----
 
-class TextfileTest : public ::testing::Test {
+class TextfileTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/motor-metrics-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& f : entries()) unlink((dir_ + "/" + f).c_str());
-    rmdir(dir_.c_str());
-  }
   std::vector<std::string> entries() const {
     std::vector<std::string> out;
     if (DIR* d = opendir(dir_.c_str())) {
@@ -579,7 +571,6 @@ class TextfileTest : public ::testing::Test {
     ss << in.rdbuf();
     return ss.str();
   }
-  std::string dir_;
 };
 
 TEST_F(TextfileTest, WritesAtomicallyWithMode0644AndNoTempLeft) {

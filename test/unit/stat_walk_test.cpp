@@ -3,6 +3,7 @@
 // a job can make is caught; skipped directories are looked at but not entered; symlinks are not
 // followed.
 #include "workspace/stat_walk.hpp"
+#include "temp_dir.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -22,12 +23,10 @@ namespace {
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-class StatWalk : public ::testing::Test {
+class StatWalk : public test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/motor-stat-walk-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     root_ = dir_ + "/ws";
     ASSERT_EQ(mkdir(root_.c_str(), 0755), 0);
     ASSERT_EQ(mkdir((root_ + "/src").c_str(), 0755), 0);
@@ -38,7 +37,6 @@ class StatWalk : public ::testing::Test {
     ASSERT_EQ(symlink("a.txt", (root_ + "/link").c_str()), 0);
     ASSERT_EQ(symlink("../outside", (root_ + "/out").c_str()), 0);
   }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
   // A stamp after everything above: past the clock tick the files were written in.
   FsStamp stamp() {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -54,7 +52,7 @@ class StatWalk : public ::testing::Test {
     const WalkVerdict v = unchanged_since(root_, skip_, since);
     EXPECT_FALSE(v.unchanged) << what << " was not seen";
   }
-  std::string dir_, root_;
+  std::string root_;
   std::set<std::string> skip_{"target"};
 };
 
