@@ -1,5 +1,4 @@
 #include "reactor/child_process.hpp"
-#include "reactor/slow_call.hpp"
 
 #include <signal.h>
 #include <sys/syscall.h>
@@ -9,6 +8,8 @@
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "reactor/slow_call.hpp"
 
 namespace motor::reactor {
 namespace {

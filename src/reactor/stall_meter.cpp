@@ -1,12 +1,11 @@
 #include "reactor/stall_meter.hpp"
 
-#include <time.h>
-
 #include <fmt/format.h>
 
 #include "reactor/slow_call.hpp"
 
 namespace motor::reactor {
+
 StallMeter::StallMeter(uv_loop_t* loop) : loop_(loop) {
   uv_loop_configure(loop, UV_METRICS_IDLE_TIME);
   // Without its prepare handle the meter reads 0: a measurement lost, never a job (the stall

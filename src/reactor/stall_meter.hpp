@@ -23,14 +23,14 @@ class StallMeter {
   uint64_t worst_us() const { return worst_ns_ / 1000; }
   // The most CPU time one iteration used (0 where the thread's CPU clock cannot be read).
   uint64_t worst_cpu_us() const { return worst_cpu_ns_ / 1000; }
-  // Resets the worst figures (the benchmark measures one phase at a time). The iteration that
-  // calls it is not counted: what ran before the reset in it belongs to the phase before.
   // The loop trace (a diagnostic: bench/README.md): every iteration that stalls the loop for
   // `threshold_us` or more is reported with the measured calls (reactor::SlowCall) it ran,
   // "what start+duration (CPU time)" in microseconds from the iteration's start, nested ones
   // marked with '>'.
   using TraceReporter = void (*)(uint64_t wall_us, uint64_t cpu_us, const std::string& calls);
   void trace_from(uint64_t threshold_us, TraceReporter reporter);
+  // Resets the worst figures (the benchmark measures one phase at a time). The iteration that
+  // calls it is not counted: what ran before the reset in it belongs to the phase before.
   void reset() {
     worst_ns_ = 0;
     worst_cpu_ns_ = 0;

@@ -1,10 +1,10 @@
-#include "reactor/slow_call.hpp"
 #include "runner/job.hpp"
 
 #include <chrono>
 #include <simdjson.h>
 #include <utility>
 
+#include "reactor/slow_call.hpp"
 #include "runner/job_linux.hpp"
 #include "base/log.hpp"
 

@@ -106,7 +106,7 @@ void Runner::start_linux_job(Job& job, const PendingStart& pending, const std::s
     if (!network) return refuse_queued(job, RefusalReason::kWorkspaceSetupFailed, network.error().message);
     box.network = std::move(*network);
   }
-  reactor::SlowCall timed_launch("the job's command and environment", reactor::SlowCall::kTraceOnly);
+  reactor::SlowCall timed_launch("launching the job", reactor::SlowCall::kTraceOnly);
   JobLaunch launch;
   launch.command.executable = sandbox::kSandboxInitPath;
   launch.command.argv = linux_init_argv(p, box);

@@ -40,7 +40,7 @@ void JobLogStock::refill() {
   // One batch at a time, once the stock is down to half: each queued work wakes a pool thread,
   // which on a busy host takes the CPU from the loop (a burst of twenty exec.run paid it twenty
   // times, 2-5 ms of the loop each time: bench/README.md, "Session 20").
-  if (in_flight_ > 0 || ready_.size() > keep_ / 2 || ready_.size() >= keep_) return;
+  if (keep_ == 0 || in_flight_ > 0 || ready_.size() > keep_ / 2) return;
   auto dirs = std::make_shared<std::vector<std::string>>();
   for (size_t i = ready_.size(); i < keep_; ++i) dirs->push_back(fmt::format("{}/{}", spare_dir_, next_name_++));
   auto made = std::make_shared<std::vector<Status>>();

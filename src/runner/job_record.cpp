@@ -1,4 +1,3 @@
-#include "reactor/slow_call.hpp"
 #include "runner/job_record.hpp"
 
 #include <dirent.h>
@@ -10,6 +9,7 @@
 
 #include "protocol/messages.hpp"
 #include "protocol/output_frame.hpp"
+#include "reactor/slow_call.hpp"
 #include "base/log.hpp"
 #include "runner/job_log_stock.hpp"
 #include "runner/session.hpp"

@@ -1,33 +1,14 @@
 #include "sandbox/cgroup_usage.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
 #include <string_view>
 
-#include "motor/unique_fd.hpp"
+#include "base/atomic_file.hpp"
 
 namespace motor::sandbox {
 namespace {
-
-// The whole of a small cgroup file, or nothing if it cannot be read. Plain open/read: a job's
-// end reads these on the loop, where iostreams cost several times the kernel's own work.
-std::optional<std::string> slurp(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return std::nullopt;
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return std::nullopt;
-    if (n == 0) return text;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > (size_t{1} << 20)) return std::nullopt;  // no usage file is this long
-  }
-}
 
 std::optional<int64_t> to_int(std::string_view text) {
   int64_t v = 0;
@@ -58,21 +39,21 @@ CgroupUsage read_cgroup_usage(const std::vector<std::string>& directories) {
   // the hybrid layout and always has cpu.stat; each file looked for that is missing is a kernfs
   // lookup on the loop.
   for (auto dir = directories.rbegin(); dir != directories.rend() && !u.cpu_user_us; ++dir) {
-    if (auto stat = slurp(*dir + "/cpu.stat")) {  // v2 (always there, controller or not)
+    if (auto stat = read_small_file(*dir + "/cpu.stat")) {  // v2 (always there, controller or not)
       u.cpu_user_us = keyed(*stat, "user_usec");
       u.cpu_system_us = keyed(*stat, "system_usec");
       break;
     }
-    if (auto acct = slurp(*dir + "/cpuacct.stat")) {  // v1, in clock ticks
+    if (auto acct = read_small_file(*dir + "/cpuacct.stat")) {  // v1, in clock ticks
       if (auto user = keyed(*acct, "user")) u.cpu_user_us = *user * 1000000 / ticks;
       if (auto sys = keyed(*acct, "system")) u.cpu_system_us = *sys * 1000000 / ticks;
     }
   }
   // The memory peak from the first (v1's memory hierarchy comes first).
   for (const auto& dir : directories) {
-    if (auto max = slurp(dir + "/memory.max_usage_in_bytes")) {  // v1
+    if (auto max = read_small_file(dir + "/memory.max_usage_in_bytes")) {  // v1
       u.memory_peak_bytes = to_int(*max);
-    } else if (auto peak = slurp(dir + "/memory.peak")) {  // v2
+    } else if (auto peak = read_small_file(dir + "/memory.peak")) {  // v2
       u.memory_peak_bytes = to_int(*peak);
     }
     if (u.memory_peak_bytes) break;
