@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
   const auto wanted = motor::bench::rounds_to_run(argc, argv, 9);
   if (!wanted) return 1;
   const int rounds = *wanted;
+  // The host's floor (stall_probe.hpp): by default a quarter of the goal's 2 ms in CPU, every 5 ms;
+  // MOTOR_BENCH_PROBE_US sets the piece (as much as the runner's busiest iteration, to compare
+  // like with like).
+  const char* piece = std::getenv("MOTOR_BENCH_PROBE_US");
+  motor::bench::StallProbe probe(piece ? std::strtoull(piece, nullptr, 10) : 500, 5);
   RunnerProcess empty(kConfig), thousand(kConfig), ten_thousand(kConfig);
   if (!motor::bench::start_runner(empty)) return 1;
   const std::string terminal = one_terminal(empty);
@@ -86,16 +91,17 @@ int main(int argc, char** argv) {
   struct Table {
     const char* what;
     RunnerProcess* runner;
-    std::vector<double> wall, cpu;
+    std::vector<double> wall, cpu, probe;
   };
-  std::vector<Table> tables = {{"empty table", &empty, {}, {}},
-                               {"1,000 finished jobs in the table", &thousand, {}, {}},
-                               {"10,000 finished jobs in the table", &ten_thousand, {}, {}}};
+  std::vector<Table> tables = {{"empty table", &empty, {}, {}, {}},
+                               {"1,000 finished jobs in the table", &thousand, {}, {}, {}},
+                               {"10,000 finished jobs in the table", &ten_thousand, {}, {}, {}}};
   for (int round = 0; round < rounds; ++round) {
     for (Table& t : tables) {
-      const auto stall = motor::bench::stall_of_burst(t.runner->socket());
+      const auto stall = motor::bench::stall_of_burst(t.runner->socket(), probe.running() ? &probe : nullptr);
       t.wall.push_back(stall.wall_us);
       t.cpu.push_back(stall.cpu_us);
+      t.probe.push_back(stall.probe_us);
     }
   }
   auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
@@ -103,6 +109,14 @@ int main(int argc, char** argv) {
   for (const Table& t : tables) {
     fmt::print("  {:<34} median {:8.0f} us   max {:8.0f} us   (CPU of the busiest iteration: median {:6.0f} us, max {:6.0f} us)\n",
                t.what, median(t.wall), max_of(t.wall), median(t.cpu), max_of(t.cpu));
+  }
+  if (probe.running()) {
+    fmt::print("the host's floor: the longest wall time a piece of {} us of CPU (every 5 ms, a process of the bench's own) took in the same bursts:\n",
+               probe.work_us());
+    for (const Table& t : tables) {
+      fmt::print("  {:<34} median {:8.0f} us   max {:8.0f} us   (ratio runner / probe, medians: {:.2f})\n", t.what, median(t.probe),
+                 max_of(t.probe), median(t.wall) / median(t.probe));
+    }
   }
   const double empty_median = median(tables[0].wall);
   fmt::print("  ratio 1,000 jobs / empty table (median): {:.2f}\n", median(tables[1].wall) / empty_median);

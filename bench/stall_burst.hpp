@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "stall_probe.hpp"
 #include "support/runner_harness.hpp"
 
 namespace motor::bench {
@@ -19,15 +20,18 @@ namespace motor::bench {
 // The worst iteration of one burst, in microseconds: its wall time (runner.status
 // loop_worst_stall_us) and, apart, the most CPU time one iteration used (loop_worst_cpu_us: what
 // the runner computed, without the time a loaded host kept it waiting for a CPU). -1 if the
-// runner did not answer.
+// runner did not answer. With a probe (stall_probe.hpp): the longest wall time its piece of work
+// took during the same burst.
 struct BurstStall {
   double wall_us = -1;
   double cpu_us = -1;
+  double probe_us = -1;
 };
 
-inline BurstStall stall_of_burst(const std::string& socket) {
+inline BurstStall stall_of_burst(const std::string& socket, StallProbe* probe = nullptr) {
   using test::json_field;
   using test::RawClient;
+  if (probe) probe->reset();
   {
     RawClient status(socket);
     status.send_frame(R"({"id":1,"method":"runner.status","params":{"reset_stall":true}})");
@@ -45,12 +49,13 @@ inline BurstStall stall_of_burst(const std::string& socket) {
       if (!f || json_field(*f, "/type") == "terminal" || json_field(*f, "/error/code")[0] != '<') break;
     }
   }
+  const double probe_us = probe ? probe->worst_us() : -1;
   RawClient status(socket);
   status.send_frame(R"({"id":2,"method":"runner.status","params":{}})");
   auto reply = status.read_frame();
   if (!reply) return {};
   return {std::atof(json_field(*reply, "/result/loop_worst_stall_us").c_str()),
-          std::atof(json_field(*reply, "/result/loop_worst_cpu_us").c_str())};
+          std::atof(json_field(*reply, "/result/loop_worst_cpu_us").c_str()), probe_us};
 }
 
 // Prints how many calls the runner logged as stalling its loop (reactor::SlowCall, >= 5 ms) in
