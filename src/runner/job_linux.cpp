@@ -44,7 +44,12 @@ LinuxExecution::LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSin
                 on_execd();
               }) {}
 
-LinuxExecution::~LinuxExecution() = default;
+LinuxExecution::~LinuxExecution() {
+  // Gone before the starter answered (the runner stopping): what it made is dropped like our own.
+  if (!cgroup_ && starter_makes_cgroup_) {
+    if (auto left = cgroups_->open(launch_.cgroup_name)) cgroup_ = std::move(*left);
+  }
+}
 
 void LinuxExecution::log(const std::string& line) const { log_job(launch_.job_id, "{}", line); }
 
@@ -55,10 +60,20 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   limits.memory_bytes = control_weakened("memory-limit") ? 0 : launch_.memory_bytes;
   limits.pids_max = control_weakened("pids-limit") ? 0 : launch_.pids_max;
   limits.cpus = control_weakened("cpuset") ? std::string() : launch_.cpus.list();
-  // The cgroup's mkdirs and limit files are made here, on the loop: 0.2-0.46 ms in the hybrid
-  // layout's four hierarchies, which admission's one start per loop iteration bounds
-  // (Admission::start_next). On libuv's pool (sessions 9-15) the round trip's two thread wake-ups
-  // cost a job's start about 0.6 ms more than the work itself (bench/README.md, session 16).
+  // The cgroup's mkdirs and limit files (0.2-0.46 ms in the hybrid layout's four hierarchies) are
+  // made by the job starter in its own process just before its clone: the loop only sends the
+  // request, and opens the cgroup by name when the answer comes (on_spawned). On libuv's pool
+  // (sessions 9-15) the round trip's two thread wake-ups cost a job's start about 0.6 ms more
+  // than the work itself (bench/README.md, session 16); the starter is asked anyway.
+  if (!pooled && starter.makes_cgroups()) {
+    cgroups_ = &cgroups;
+    cgroup_request_ = sandbox::CgroupRequest{launch_.cgroup_name, limits};
+    starter_makes_cgroup_ = true;
+    return spawn(starter, box);
+  }
+  // A sandbox built ahead is moved into the cgroup by the starter, which needs it made: here, on
+  // the loop, as for a starter that cannot make one (admission's one start per loop iteration
+  // bounds it: Admission::start_next).
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
     return cgroups.create(launch_.cgroup_name, limits);
@@ -129,9 +144,11 @@ void LinuxExecution::on_late_binds(Status mounted) {
 }
 
 Status LinuxExecution::spawn(sandbox::Starter& starter, const sandbox::SandboxConfig& box) {
-  // From here on a failure removes the cgroup again (its destructor).
+  // From here on a failure removes the cgroup again (its destructor); one the starter was to make
+  // is not made yet.
   auto fail = [&](Error e) -> Status {
     cgroup_.reset();
+    starter_makes_cgroup_ = false;
     return e;
   };
   int out_pipe[2], err_pipe[2];
@@ -153,6 +170,7 @@ Status LinuxExecution::spawn(sandbox::Starter& starter, const sandbox::SandboxCo
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
   spec.cgroup = cgroup_.get();
+  if (starter_makes_cgroup_) spec.make_cgroup = &cgroup_request_;
   out_read_ = std::move(out_read);
   err_read_ = std::move(err_read);
   sandbox::SandboxedChild::Events events;
@@ -185,12 +203,33 @@ void LinuxExecution::on_start_failed(const std::string& why) {
   out_read_.reset();
   err_read_.reset();
   log_error("job {}: could not start: {}", launch_.job_id, why);
+  // A starter that failed after making the cgroup removes it; one that died may have left it,
+  // with the job in it: found by name, and dropped below like our own.
+  if (!cgroup_ && starter_makes_cgroup_) {
+    starter_makes_cgroup_ = false;
+    if (auto left = cgroups_->open(launch_.cgroup_name)) cgroup_ = std::move(*left);
+  }
   cgroup_.reset();  // killed and removed: a starter that died after its clone3 may have left the job
   sink_.execution_start_failed(why);  // may destroy this
 }
 
 void LinuxExecution::on_spawned(pid_t pid) {
   pid_ = pid;
+  if (!cgroup_ && starter_makes_cgroup_) {  // the starter made it and the job is in it: ours now
+    starter_makes_cgroup_ = false;
+    auto made = [&] {
+      reactor::SlowCall timed("opening the job's cgroup", reactor::SlowCall::kTraceOnly);
+      return cgroups_->open(launch_.cgroup_name);
+    }();
+    if (!made) {
+      log_error("job {}: the cgroup the starter made cannot be opened: {}", launch_.job_id, made.error().message);
+      out_read_.reset();
+      err_read_.reset();
+      child_.reset();  // killed, and reaped on the loop; the cgroup, which we cannot reach, stays for recovery
+      return sink_.execution_start_failed("the job's cgroup cannot be opened: " + made.error().message);  // may destroy this
+    }
+    cgroup_ = std::move(*made);
+  }
   if (auto s = output_.start(std::move(out_read_), std::move(err_read_)); !s) {
     // Unwatched, the job could not be followed: it is killed and refused.
     log_error("job {}: could not watch it: {}", launch_.job_id, s.error().message);
@@ -295,6 +334,13 @@ void LinuxExecution::kill(std::optional<protocol::KillReason> why) {
   // ahead keeps its gate until the starter has answered (on_late_binds closes it then).
   if (!may_run_) gate_.reset();
   if (!late_binds_pending_) pooled_gate_.reset();
+  if (!ended_ && !cgroup_ && starter_makes_cgroup_) {
+    // The starter is making the cgroup: the kill happens as it answers (on_spawned), and a
+    // command still at its gate never runs (closed above).
+    if (why && !killed_) killed_ = why;
+    kill_issued_ = true;
+    return;
+  }
   if (ended_ || !cgroup_) return;
   if (why && !killed_ && !(exited_ && cgroup_empty_)) killed_ = why;
   kill_issued_ = true;

@@ -39,8 +39,9 @@ class LinuxExecution : public Execution {
   LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSink& sink);
   ~LinuxExecution() override;
 
-  // Creates the cgroup (on the loop) and then asks the starter to spawn `box`, or, given a sandbox
-  // built ahead for it (sandbox_pool.hpp), moves that into the cgroup and asks the starter for its
+  // Asks the starter to make the cgroup and spawn `box` in it (a starter that cannot make
+  // cgroups: the cgroup is made here, on the loop, first), or, given a sandbox built ahead for it
+  // (sandbox_pool.hpp), makes the cgroup, moves that sandbox into it and asks the starter for its
   // late binds. An error returned here or reported later (ExecutionSink::execution_start_failed)
   // leaves nothing.
   Status start(sandbox::CgroupDriver& cgroups, sandbox::Starter& starter, const sandbox::SandboxConfig& box,
@@ -81,6 +82,11 @@ class LinuxExecution : public Execution {
   // Shared with a kill on libuv's pool (kill_cgroup), so a job that ends meanwhile removes it
   // only after the write (its last reference drops on the loop).
   std::shared_ptr<sandbox::JobCgroup> cgroup_;
+  // Set while the starter makes the cgroup (SpawnSpec::make_cgroup): it is opened by name when
+  // the starter answers, or looked for and removed if the start fails.
+  sandbox::CgroupDriver* cgroups_ = nullptr;
+  sandbox::CgroupRequest cgroup_request_;
+  bool starter_makes_cgroup_ = false;
   std::unique_ptr<sandbox::SandboxedChild> child_;  // the job's PID 1 (motor-init)
   UniqueFd out_read_, err_read_;  // the job's output pipes, until the starter has answered
   // The write end of motor-init's gate (its fd 0): "g" when the job is on record, then closed.

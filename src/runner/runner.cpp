@@ -183,7 +183,8 @@ Status Runner::start_rest() {
     log_warning("no state writer process ({}); the job table is saved on the loop", s.error().message);
   }
   // Likewise forked early: small and quiet, so each job's clone3 copies little (job_starter.hpp).
-  if (auto s = job_starter_.start(loop_, kNetnsPoolSize); !s) {
+  // With the driver: the helper makes each job's cgroup (SpawnSpec::make_cgroup), off the loop.
+  if (auto s = job_starter_.start(loop_, kNetnsPoolSize, cgroups_.get()); !s) {
     log_warning("no job starter process ({}); jobs are started by the runner itself", s.error().message);
   }
   configure_sandbox_pool();

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "motor/sys_error.hpp"
 #include "base/helper_process.hpp"
 #include "base/log.hpp"
+#include "sandbox/cgroup_reaper.hpp"
 #include "sandbox/netns_pool.hpp"
 #include "sandbox/sandbox_codec.hpp"
 
@@ -77,11 +79,19 @@ PassedCgroup passed_cgroup(const std::vector<UniqueFd>& fds, size_t first, Cgrou
 
 // ---- the request body: the sandbox and the spec (sandbox/sandbox_codec.hpp), then the fd counts ----
 
+// Then the cgroup the helper is to make (SpawnSpec::make_cgroup): its name, "" for none, and
+// its limits.
 std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, CgroupFds cgroup) {
   WireWriter w;
   encode_sandbox_config(w, box);
   encode_spawn_spec(w, spec);
   encode_cgroup_fds(w, cgroup);
+  const CgroupRequest none;
+  const CgroupRequest& make = spec.make_cgroup ? *spec.make_cgroup : none;
+  w.str(make.name);
+  w.num(static_cast<uint64_t>(make.limits.memory_bytes));
+  w.num(static_cast<uint64_t>(make.limits.pids_max));
+  w.str(make.limits.cpus);
   return std::move(w.bytes());
 }
 
@@ -89,12 +99,17 @@ struct Request {
   SandboxConfig box;
   SpawnSpec spec;
   CgroupFds cgroup;
+  CgroupRequest make_cgroup;  // name "": the cgroup came as fds
 };
 
 bool decode_request(const std::string& body, Request& q) {
   WireReader r(body);
   if (!decode_sandbox_config(r, q.box) || !decode_spawn_spec(r, q.spec)) return false;
   decode_cgroup_fds(r, q.cgroup);
+  q.make_cgroup.name = r.str();
+  q.make_cgroup.limits.memory_bytes = static_cast<int64_t>(r.num());
+  q.make_cgroup.limits.pids_max = static_cast<int64_t>(r.num());
+  q.make_cgroup.limits.cpus = r.str();
   return r.ok() && r.at_end();
 }
 
@@ -215,7 +230,23 @@ constexpr uint32_t kReplyOk = 0, kReplyError = 1;
 void reply_error(int sock, const std::string& message) { (void)send_message(sock, kReplyError, message, {}); }
 
 // Runs in the helper (fork_helper_process has cut it off from the runner's loop).
-[[noreturn]] void helper_main(int sock, size_t pool_size) {
+// The job cgroup the helper made for one spawn. The helper never destroys an owned JobCgroup:
+// its destructor would hand a busy one to the runner's reaper, a loop object this process only
+// has a copy of. Made and spawned: disowned (the runner opens it by name); made and failed:
+// killed and removed here, or left for the runner, which looks for it by name when the spawn fails.
+void let_go(std::unique_ptr<JobCgroup>& made, bool spawned) {
+  if (!made) return;
+  if (spawned) {
+    (void)made->disown();
+  } else {
+    CgroupRemains remains;
+    std::string error;
+    if (!made->release_here(remains, error)) log_warning("job starter: job cgroup {} left for the runner: {}", made->name(), error);
+  }
+  made.reset();
+}
+
+[[noreturn]] void helper_main(int sock, size_t pool_size, CgroupDriver* cgroups) {
   NetnsPool pool(pool_size);
   bool pooling = pool_size > 0;
   if (pooling) {
@@ -272,11 +303,23 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
       continue;
     }
     PassedCgroup cgroup = passed_cgroup(fds, 3, q.cgroup);
+    std::unique_ptr<JobCgroup> made;
+    if (!q.make_cgroup.name.empty()) {
+      auto created = cgroups && q.cgroup.count() == 0
+                         ? cgroups->create(q.make_cgroup.name, q.make_cgroup.limits)
+                         : Expected<std::unique_ptr<JobCgroup>>(make_error("internal", "job starter: no cgroup driver"));
+      if (!created) {
+        reply_error(sock, "making the job's cgroup: " + created.error().message);
+        continue;
+      }
+      made = std::move(*created);
+    }
     if (q.box.network) use_egress_namespace(*q.box.network, fds[3 + q.cgroup.count()].get());
     q.spec.stdin_fd = fds[0].get();
     q.spec.stdout_fd = fds[1].get();
     q.spec.stderr_fd = fds[2].get();
-    q.spec.cgroup = &cgroup;
+    q.spec.cgroup = made ? made.get() : &cgroup;
+    q.spec.make_cgroup = nullptr;
     q.spec.child_of_callers_parent = true;
     q.spec.share_memory_until_exec = true;
     UniqueFd net = pool.take();
@@ -285,6 +328,7 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
     net.reset();  // from here only the job holds its namespace
     fds.clear();
     if (!spawned) {
+      let_go(made, false);
       reply_error(sock, spawned.error().message);
       continue;
     }
@@ -304,6 +348,7 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
       while (poll(&p, 1, kExecWaitMs) < 0 && errno == EINTR) {
       }
     }
+    let_go(made, true);  // after the exec: a CLONE_VM child shares these pages until then
   }
 }
 
@@ -311,8 +356,10 @@ void reply_error(int sock, const std::string& message) { (void)send_message(sock
 
 JobStarter::~JobStarter() { stop(); }
 
-Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size) {
-  auto helper = fork_helper_process("motor-starter", [netns_pool_size](int fd) { helper_main(fd, netns_pool_size); });
+Status JobStarter::start(uv_loop_t* loop, size_t netns_pool_size, CgroupDriver* cgroups) {
+  cgroups_ = cgroups;
+  auto helper = fork_helper_process("motor-starter",
+                                    [netns_pool_size, cgroups](int fd) { helper_main(fd, netns_pool_size, cgroups); });
   if (!helper) return helper.error();
   pid_ = helper->pid;
   sock_ = std::move(helper->channel);
@@ -374,8 +421,21 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
       log_error("the job starter failed ({}); jobs are now started by the runner itself", sent.error().message);
     }
   }
+  // In process: a cgroup asked for is made here, on the loop, as the runner did before its helper.
+  SpawnSpec here = spec;
+  std::unique_ptr<JobCgroup> made;
+  if (spec.make_cgroup) {
+    if (!cgroups_) return done(make_error("internal", "no cgroup driver to make the job's cgroup with"));
+    auto created = cgroups_->create(spec.make_cgroup->name, spec.make_cgroup->limits);
+    if (!created) return done(make_error(created.error().code, "making the job's cgroup: " + created.error().message));
+    made = std::move(*created);
+    here.cgroup = made.get();
+    here.make_cgroup = nullptr;
+  }
   SandboxedSpawn job;
-  done(job.run(box, spec));
+  auto spawned = job.run(box, here);
+  if (made && spawned) (void)made->disown();  // the caller opens it by name; a failed spawn's goes now
+  done(std::move(spawned));
 }
 
 void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
@@ -396,7 +456,7 @@ void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup,
 }
 
 Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec) {
-  if (!spec.cgroup) return make_error("internal", "spawn needs the job's cgroup");
+  if (!spec.cgroup && !spec.make_cgroup) return make_error("internal", "spawn needs the job's cgroup");
   std::vector<int> fds = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   const CgroupFds passed = append_cgroup_fds(spec.cgroup, fds);
   if (box.network) fds.push_back(box.network->egress_netns_fd);  // the helper does not hold it

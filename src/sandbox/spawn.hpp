@@ -50,6 +50,12 @@ struct ChildHooks {
   std::function<int(const char*& stage)> after_credentials;
 };
 
+// A cgroup to be made: its name under the driver's parent and its limits (CgroupDriver::create).
+struct CgroupRequest {
+  std::string name;
+  CgroupLimits limits;
+};
+
 struct SpawnSpec {
   std::string executable;              // absolute path
   std::vector<std::string> argv;       // argv[0] included
@@ -58,7 +64,11 @@ struct SpawnSpec {
   uid_t uid = 0;
   gid_t gid = 0;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
-  JobCgroup* cgroup = nullptr;         // required
+  JobCgroup* cgroup = nullptr;         // required, unless the starter makes it (make_cgroup)
+  // The job starter makes this cgroup itself, in its own process, and spawns into it (`cgroup`
+  // is then null): the mkdirs and limit files stay off the runner's loop. The caller opens it by
+  // name (CgroupDriver::open) once the starter has answered (Starter::makes_cgroups).
+  const CgroupRequest* make_cgroup = nullptr;
   const ChildHooks* hooks = nullptr;   // null: no namespaces
   // CLONE_PARENT: the job becomes a child of the caller's parent. The job starter (a helper
   // process of the runner) sets it so the runner itself waits on the job's pidfd.

@@ -22,6 +22,8 @@ class Starter {
   // uid and gid are the box's). The fds in `spec` may be closed once this returns. `done` runs
   // once: on the loop when a helper answers, or before this returns. Errors name the failed step.
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
+  // It honours SpawnSpec::make_cgroup (the job starter given the runner's CgroupDriver).
+  virtual bool makes_cgroups() const { return false; }
   // Makes a sandbox built ahead a job's: moves its motor-init (`pid`) into `cgroup` (null: it
   // stays where it is) and attaches `binds` (late_binds.hpp) inside its mount namespace
   // `mount_ns` (SpawnedProcess::mount_ns). `done` runs once, on the loop or before this returns.

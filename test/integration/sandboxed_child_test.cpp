@@ -12,6 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,13 +92,17 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
   }
 
   // Runs `command` in `b` with `cwd`; `kill_at_once`: SandboxedChild::kill right after start.
+  // `make`: the starter makes that cgroup (SpawnSpec::make_cgroup) instead of the test; `at_exec`
+  // runs when the child is seen to exec.
   Outcome run(const sandbox::SandboxConfig& b, const std::vector<std::string>& command, const std::string& cwd,
-              bool kill_at_once = false) {
+              bool kill_at_once = false, const sandbox::CgroupRequest* make = nullptr, std::function<void()> at_exec = {}) {
     Outcome o;
-    auto cg = driver_->create("child-" + unique_marker(), {});
-    EXPECT_TRUE(cg.ok()) << (cg.ok() ? "" : cg.error().message);
-    if (!cg.ok()) return o;
-    cgroup_ = std::move(*cg);
+    if (!make) {
+      auto cg = driver_->create("child-" + unique_marker(), {});
+      EXPECT_TRUE(cg.ok()) << (cg.ok() ? "" : cg.error().message);
+      if (!cg.ok()) return o;
+      cgroup_ = std::move(*cg);
+    }
     int fds[2];
     EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
     UniqueFd out_read(fds[0]), out_write(fds[1]);
@@ -109,16 +116,18 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
     spec.stdout_fd = out_write.get();
     spec.stderr_fd = out_write.get();
     spec.cgroup = cgroup_.get();
+    spec.make_cgroup = make;
     sandbox::SandboxedChild::Watch watch;
     watch.stdout_read = std::move(out_read);
     watch.timeout_ms = 20000;  // a stuck child fails the test rather than hanging it
     sandbox::SandboxedChild::Events events;
     sandbox::SandboxedChild* started = nullptr;  // execd comes on the loop, after start returned
     events.start_failed = [&o](const Error& e) { o.start_failed = e; };
-    events.execd = [&o, &started] {
+    events.execd = [&o, &started, &at_exec] {
       if (started) o.times = started->spawn_times();
       o.execd = true;
       o.execd_before_exit = !o.exit;
+      if (at_exec) at_exec();
     };
     events.exited = [&o](sandbox::SandboxedExit e) { o.exit = std::move(e); };
     auto child = sandbox::SandboxedChild::start(&loop_, starter(), b, spec, std::move(watch), std::move(events));
@@ -136,6 +145,9 @@ class SandboxedChildTest : public ::testing::TestWithParam<bool> {  // true: thr
     EXPECT_FALSE(timed_out) << "no answer in 30 s";
     guard.close();
     child.reset();
+    if (make && !o.start_failed) {  // the starter made it and let it go: the test's to remove
+      if (auto made = driver_->open(make->name)) cgroup_ = std::move(*made);
+    }
     cgroup_.reset();  // killed and removed (the reaper is none here: at once, or left and logged)
     return o;
   }
@@ -236,6 +248,72 @@ TEST_P(SandboxedChildTest, AChildKilledBeforeExecIsNotReportedAsExecd) {
 
 INSTANTIATE_TEST_SUITE_P(Starters, SandboxedChildTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "JobStarter" : "InProcess"; });
+
+// The job starter given the cgroup driver makes a job's cgroup itself (SpawnSpec::make_cgroup),
+// as the runner asks it to: off the runner's loop.
+class JobStarterMakesCgroups : public SandboxedChildTest {
+ protected:
+  void SetUp() override {
+    SandboxedChildTest::SetUp();
+    if (HasFatalFailure()) return;
+    job_starter_.stop();
+    auto s = job_starter_.start(&loop_, 0, driver_.get());
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE(job_starter_.makes_cgroups());
+  }
+  // The first of `files` that exists in one of the cgroup's directories, trimmed; "" if none.
+  static std::string limit_file(const sandbox::JobCgroup& cg, std::initializer_list<const char*> files) {
+    for (const auto& dir : cg.directories()) {
+      for (const char* f : files) {
+        std::ifstream in(dir + "/" + f);
+        std::string value;
+        if (in >> value) return value;
+      }
+    }
+    return "";
+  }
+};
+
+TEST_P(JobStarterMakesCgroups, TheChildRunsInTheCgroupItAskedForWithItsLimits) {
+  sandbox::CgroupRequest make{"made-" + unique_marker(), {}};
+  make.limits.memory_bytes = 64 << 20;
+  make.limits.pids_max = 32;
+  std::string memory, pids;
+  bool populated = false, opened = false;
+  const Outcome o = run(box(), {"/bin/sh", "-c", "sleep 1"}, "/workspace", false, &make, [&] {
+    auto cg = driver_->open(make.name);
+    if (!cg) return;
+    opened = true;
+    memory = limit_file(**cg, {"memory.limit_in_bytes", "memory.max"});
+    pids = limit_file(**cg, {"pids.max"});
+    auto p = (*cg)->populated();
+    populated = p.ok() && *p;
+    (void)(*cg)->disown();  // only looked at: the run removes it
+  });
+  ASSERT_FALSE(o.start_failed) << o.start_failed->message;
+  ASSERT_TRUE(o.exit);
+  EXPECT_TRUE(o.execd);
+  ASSERT_TRUE(opened) << "no cgroup " << make.name << " while the child ran";
+  EXPECT_EQ(memory, std::to_string(64 << 20));
+  EXPECT_EQ(pids, "32");
+  EXPECT_TRUE(populated) << "the child is not in the cgroup the starter made";
+  EXPECT_TRUE(WIFEXITED(o.exit->wait_status));
+}
+
+TEST_P(JobStarterMakesCgroups, ASpawnThatFailsLeavesNoCgroupMadeForIt) {
+  sandbox::SandboxConfig b = box();
+  b.read_only = {{dir_ + "/no-such-dir", "/ro"}};
+  const sandbox::CgroupRequest make{"made-" + unique_marker(), {}};
+  const Outcome o = run(b, {"/bin/true"}, "/workspace", false, &make);
+  ASSERT_TRUE(o.start_failed);
+  EXPECT_NE(o.start_failed->message.find("the sandbox cannot be built"), std::string::npos) << o.start_failed->message;
+  const auto names = driver_->list();
+  EXPECT_EQ(std::find(names.begin(), names.end(), make.name), names.end()) << make.name << " was left";
+  if (auto left = driver_->open(make.name)) cgroup_ = std::move(*left);  // removed in TearDown
+}
+
+INSTANTIATE_TEST_SUITE_P(Starters, JobStarterMakesCgroups, ::testing::Values(true),
+                         [](const ::testing::TestParamInfo<bool>&) { return "JobStarter"; });
 
 }  // namespace
 }  // namespace motor::test
