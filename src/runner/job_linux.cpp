@@ -219,7 +219,7 @@ void LinuxExecution::on_spawned(pid_t pid) {
     starter_makes_cgroup_ = false;
     auto made = [&] {
       reactor::SlowCall timed("opening the job's cgroup", reactor::SlowCall::kTraceOnly);
-      return cgroups_->open(launch_.cgroup_name);
+      return cgroups_->known(launch_.cgroup_name);  // the starter spawned into it: it exists
     }();
     if (!made) {
       log_error("job {}: the cgroup the starter made cannot be opened: {}", launch_.job_id, made.error().message);

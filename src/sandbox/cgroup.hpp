@@ -102,6 +102,11 @@ class CgroupDriver {
   virtual Expected<std::unique_ptr<JobCgroup>> create(const std::string& name, const CgroupLimits& limits) = 0;
   // Opens an existing job cgroup (after a runner restart) to kill and remove it.
   virtual Expected<std::unique_ptr<JobCgroup>> open(const std::string& name) = 0;
+  // The handle of a job cgroup this layout made moments ago in another process (the job starter
+  // made it and spawned into it), built from its name alone: no syscall on the loop, nothing
+  // looked up. It cannot be spawned into (no clone-into or attach fds): it watches, kills, reads
+  // and removes, as one from open() does.
+  virtual Expected<std::unique_ptr<JobCgroup>> known(const std::string& name) { return open(name); }
   // Names of job cgroups that exist under our parent (for clean-up on start).
   virtual std::vector<std::string> list() const = 0;
   // Removes our parent cgroup from every hierarchy (the runner's clean shutdown). Fails, and

@@ -269,6 +269,15 @@ class V1Driver final : public CgroupDriver {
                                          std::move(attach)));
   }
 
+  Expected<std::unique_ptr<JobCgroup>> known(const std::string& name) override {
+    if (!valid_name(name)) return make_error("bad_request", "invalid job cgroup name '" + name + "'");
+    std::vector<std::string> dirs;
+    for (const auto& parent : parent_dirs_) dirs.push_back(parent + "/" + name);
+    std::string unified_dir = unified_parent_.empty() ? std::string() : unified_parent_ + "/" + name;
+    return owned(std::make_unique<V1Job>(name, std::move(dirs), roles_, std::move(unified_dir), UniqueFd(),
+                                         std::vector<UniqueFd>{}));
+  }
+
   std::vector<std::string> list() const override {
     std::set<std::string> names;
     for (const auto& p : parent_dirs_)

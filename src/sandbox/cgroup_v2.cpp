@@ -120,6 +120,11 @@ class V2Driver final : public CgroupDriver {
     return owned(std::make_unique<V2Job>(name, dir, std::move(*fd)));
   }
 
+  Expected<std::unique_ptr<JobCgroup>> known(const std::string& name) override {
+    if (!valid_name(name)) return make_error("bad_request", "invalid job cgroup name '" + name + "'");
+    return owned(std::make_unique<V2Job>(name, parent_dir_ + "/" + name, UniqueFd()));
+  }
+
   std::vector<std::string> list() const override { return list_subdirs(parent_dir_); }
   Status remove_parent() override { return remove_dir(parent_dir_); }
 

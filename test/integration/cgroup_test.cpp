@@ -451,6 +451,47 @@ TEST_P(CgroupJobTest, ReopenAfterRestartKillsAndRemoves) {
   EXPECT_FALSE((*again)->open("job-reopen").ok());
 }
 
+// A cgroup made by another process (as the job starter makes a job's), taken by its name alone
+// (CgroupDriver::known): the same directories as open() finds, and it kills and removes.
+TEST_P(CgroupJobTest, AHandleByNameOfACgroupMadeElsewhereKillsAndRemovesIt) {
+  auto elsewhere = detect_cgroups(parent_, GetParam());  // the starter's copy of the driver
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.error().message;
+  auto made = (*elsewhere)->create("job-known", CgroupLimits{});
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const int wr = report[1];
+  pid_t child = start_in_cgroup(**made, [wr] {
+    report_pid(wr);  // in the cgroup by now (pure v1: the child attaches itself)
+    sleep_forever();
+  });
+  ::close(report[1]);
+  ASSERT_GT(child, 0);
+  auto pids = read_pids(report[0], 1, 5000ms);
+  ::close(report[0]);
+  ASSERT_EQ(pids.size(), 1u);
+  (void)(*made)->disown();
+  made->reset();
+  auto known = driver_->known("job-known");
+  ASSERT_TRUE(known.ok()) << known.error().message;
+  jobs_.push_back(std::move(*known));
+  JobCgroup& job = *jobs_.back();
+  auto opened = driver_->open("job-known");
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  EXPECT_EQ(job.directories(), (*opened)->directories());
+  EXPECT_EQ(job.events_path(), (*opened)->events_path());
+  (void)(*opened)->disown();
+  auto pop = job.populated();
+  ASSERT_TRUE(pop.ok()) << pop.error().message;
+  EXPECT_TRUE(*pop);
+  ASSERT_TRUE(job.kill_all().ok());
+  EXPECT_TRUE(wait_unpopulated(job, 5000ms));
+  EXPECT_NE(wait_child(child, 2000ms), -1);
+  ASSERT_TRUE(job.remove().ok());
+  EXPECT_FALSE(driver_->open("job-known").ok());
+  EXPECT_FALSE(driver_->known("../escape").ok());
+}
+
 // The memory limit OOM-kills a balloon, and the live OOM watcher (v1: an eventfd registered
 // through cgroup.event_control for memory.oom_control; v2: inotify on memory.events) is quiet
 // before, wakes for it, and its count says so. Without the registration it never wakes.
