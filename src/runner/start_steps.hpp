@@ -18,10 +18,10 @@ class StartSteps {
  public:
   enum Step : size_t {
     kRecorded,     // state.json has the job (fsynced): `accepted` goes out, admission may start it
-    kAdmitted,     // out of the queue: its workspace directory, policy and cgroup are made next
-    kSpawnAsked,   // cgroup made, pipes made, the request is on its way to the job starter
+    kAdmitted,     // out of the queue: its workspace directory and policy are made next
+    kSpawnAsked,   // pipes made (and the cgroup, for a sandbox built ahead), the request is on its way to the job starter
     kStarterGot,   // the job starter read the request (its own clock stamp, sent back)
-    kPlanned,      // the starter planned the sandbox (seccomp compiled, mount plan made)
+    kPlanned,      // the starter made the job's cgroup and planned the sandbox (seccomp compiled, mount plan made)
     kChildStarted, // the clone's child runs: clone3 made its namespaces (sandbox::ChildStamps)
     kMounted,      // the child built its root and pivoted
     kConfined,     // hostname, loopback, bounding set done
