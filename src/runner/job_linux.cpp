@@ -45,10 +45,14 @@ LinuxExecution::LinuxExecution(uv_loop_t* loop, LinuxLaunch launch, ExecutionSin
               }) {}
 
 LinuxExecution::~LinuxExecution() {
-  // Gone before the starter answered (the runner stopping): what it made is dropped like our own.
-  if (!cgroup_ && starter_makes_cgroup_) {
-    if (auto left = cgroups_->open(launch_.cgroup_name)) cgroup_ = std::move(*left);
-  }
+  take_cgroup_left_by_starter();  // gone before the starter answered (the runner stopping)
+}
+
+void LinuxExecution::take_cgroup_left_by_starter() {
+  // What a starter that failed or was stopped may have made (and the job in it) is ours to drop.
+  if (cgroup_ || !starter_makes_cgroup_) return;
+  starter_makes_cgroup_ = false;
+  if (auto left = cgroups_->open(launch_.cgroup_name)) cgroup_ = std::move(*left);
 }
 
 void LinuxExecution::log(const std::string& line) const { log_job(launch_.job_id, "{}", line); }
@@ -62,9 +66,8 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   limits.cpus = control_weakened("cpuset") ? std::string() : launch_.cpus.list();
   // The cgroup's mkdirs and limit files (0.2-0.46 ms in the hybrid layout's four hierarchies) are
   // made by the job starter in its own process just before its clone: the loop only sends the
-  // request, and opens the cgroup by name when the answer comes (on_spawned). On libuv's pool
-  // (sessions 9-15) the round trip's two thread wake-ups cost a job's start about 0.6 ms more
-  // than the work itself (bench/README.md, session 16); the starter is asked anyway.
+  // request, and takes the cgroup by name when the answer comes (on_spawned). No round trip is
+  // added, as one to libuv's pool would (about 0.6 ms per start: bench/README.md, session 16).
   if (!pooled && starter.makes_cgroups()) {
     cgroups_ = &cgroups;
     cgroup_request_ = sandbox::CgroupRequest{launch_.cgroup_name, limits};
@@ -203,12 +206,8 @@ void LinuxExecution::on_start_failed(const std::string& why) {
   out_read_.reset();
   err_read_.reset();
   log_error("job {}: could not start: {}", launch_.job_id, why);
-  // A starter that failed after making the cgroup removes it; one that died may have left it,
-  // with the job in it: found by name, and dropped below like our own.
-  if (!cgroup_ && starter_makes_cgroup_) {
-    starter_makes_cgroup_ = false;
-    if (auto left = cgroups_->open(launch_.cgroup_name)) cgroup_ = std::move(*left);
-  }
+  // A starter that failed after making the cgroup removes it; one that died may have left it.
+  take_cgroup_left_by_starter();
   cgroup_.reset();  // killed and removed: a starter that died after its clone3 may have left the job
   sink_.execution_start_failed(why);  // may destroy this
 }

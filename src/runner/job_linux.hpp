@@ -64,6 +64,8 @@ class LinuxExecution : public Execution {
   // The sandboxed child's events (sandbox/sandboxed_child.hpp).
   void on_spawned(pid_t pid);                     // watch the output pipes
   void on_start_failed(const std::string& why);   // the job ends as refused
+  // A cgroup the starter was asked to make and never handed over, looked up by name into cgroup_.
+  void take_cgroup_left_by_starter();
   void on_execd();                                // the `started` record
   void on_exit(sandbox::SandboxedExit exit);
   void watch_oom();

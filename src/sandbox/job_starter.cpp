@@ -229,7 +229,15 @@ constexpr uint32_t kReplyOk = 0, kReplyError = 1;
 
 void reply_error(int sock, const std::string& message) { (void)send_message(sock, kReplyError, message, {}); }
 
-// Runs in the helper (fork_helper_process has cut it off from the runner's loop).
+// The cgroup a spawn asked for (SpawnSpec::make_cgroup), made with `cgroups`, in the helper or,
+// without it, in the runner.
+Expected<std::unique_ptr<JobCgroup>> make_requested(CgroupDriver* cgroups, const CgroupRequest& request) {
+  if (!cgroups) return make_error("internal", "no cgroup driver to make the job's cgroup with");
+  auto made = cgroups->create(request.name, request.limits);
+  if (!made) return make_error(made.error().code, "making the job's cgroup: " + made.error().message);
+  return made;
+}
+
 // The job cgroup the helper made for one spawn. The helper never destroys an owned JobCgroup:
 // its destructor would hand a busy one to the runner's reaper, a loop object this process only
 // has a copy of. Made and spawned: disowned (the runner opens it by name); made and failed:
@@ -246,6 +254,7 @@ void let_go(std::unique_ptr<JobCgroup>& made, bool spawned) {
   made.reset();
 }
 
+// Runs in the helper (fork_helper_process has cut it off from the runner's loop).
 [[noreturn]] void helper_main(int sock, size_t pool_size, CgroupDriver* cgroups) {
   NetnsPool pool(pool_size);
   bool pooling = pool_size > 0;
@@ -297,19 +306,19 @@ void let_go(std::unique_ptr<JobCgroup>& made, bool spawned) {
     }
     Request q;
     // The fds: stdin, stdout, stderr, the cgroup's attach fds, its clone-into fd, the egress namespace.
+    // A cgroup comes as fds or is to be made here, never both.
     if (word != kSpawnRequest || !decode_request(body, q) || q.cgroup.attach > kMaxFds ||
-        fds.size() != 3 + q.cgroup.count() + (q.box.network ? 1 : 0)) {
+        fds.size() != 3 + q.cgroup.count() + (q.box.network ? 1 : 0) ||
+        (!q.make_cgroup.name.empty() && q.cgroup.count() != 0)) {
       reply_error(sock, "job starter: malformed request");
       continue;
     }
     PassedCgroup cgroup = passed_cgroup(fds, 3, q.cgroup);
     std::unique_ptr<JobCgroup> made;
     if (!q.make_cgroup.name.empty()) {
-      auto created = cgroups && q.cgroup.count() == 0
-                         ? cgroups->create(q.make_cgroup.name, q.make_cgroup.limits)
-                         : Expected<std::unique_ptr<JobCgroup>>(make_error("internal", "job starter: no cgroup driver"));
+      auto created = make_requested(cgroups, q.make_cgroup);
       if (!created) {
-        reply_error(sock, "making the job's cgroup: " + created.error().message);
+        reply_error(sock, created.error().message);
         continue;
       }
       made = std::move(*created);
@@ -425,9 +434,8 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
   SpawnSpec here = spec;
   std::unique_ptr<JobCgroup> made;
   if (spec.make_cgroup) {
-    if (!cgroups_) return done(make_error("internal", "no cgroup driver to make the job's cgroup with"));
-    auto created = cgroups_->create(spec.make_cgroup->name, spec.make_cgroup->limits);
-    if (!created) return done(make_error(created.error().code, "making the job's cgroup: " + created.error().message));
+    auto created = make_requested(cgroups_, *spec.make_cgroup);
+    if (!created) return done(created.error());
     made = std::move(*created);
     here.cgroup = made.get();
     here.make_cgroup = nullptr;

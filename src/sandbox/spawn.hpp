@@ -66,8 +66,8 @@ struct SpawnSpec {
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
   JobCgroup* cgroup = nullptr;         // required, unless the starter makes it (make_cgroup)
   // The job starter makes this cgroup itself, in its own process, and spawns into it (`cgroup`
-  // is then null): the mkdirs and limit files stay off the runner's loop. The caller opens it by
-  // name (CgroupDriver::open) once the starter has answered (Starter::makes_cgroups).
+  // is then null): the mkdirs and limit files stay off the runner's loop. The caller takes it by
+  // name (CgroupDriver::known) once the starter has answered (Starter::makes_cgroups).
   const CgroupRequest* make_cgroup = nullptr;
   const ChildHooks* hooks = nullptr;   // null: no namespaces
   // CLONE_PARENT: the job becomes a child of the caller's parent. The job starter (a helper

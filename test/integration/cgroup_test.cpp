@@ -196,6 +196,26 @@ std::vector<pid_t> read_pids(int fd, size_t count, std::chrono::milliseconds lim
   return out;
 }
 
+// Starts `body(report_fd)` in `cg` (start_in_cgroup) and reads the `count` pids its processes
+// report from inside the cgroup (report_pid), waiting at most 5 s: the child (<= 0 if it could
+// not start) and the pids read.
+struct Reported {
+  pid_t child = -1;
+  std::vector<pid_t> pids;
+};
+template <typename Body>
+Reported start_reporting(const JobCgroup& cg, size_t count, Body body) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return {};
+  const int wr = report[1];
+  Reported out;
+  out.child = start_in_cgroup(cg, [wr, &body] { body(wr); });
+  ::close(report[1]);
+  if (out.child > 0) out.pids = read_pids(report[0], count, 5000ms);
+  ::close(report[0]);
+  return out;
+}
+
 // Waits for a direct child to exit, at most `limit`. Returns its status, or -1 on timeout.
 int wait_child(pid_t pid, std::chrono::milliseconds limit) {
   const auto deadline = Clock::now() + limit;
@@ -339,11 +359,8 @@ TEST_P(CgroupJobTest, KillAllEndsTheWholeTree) {
   jobs_.push_back(std::move(*made));
   JobCgroup& job = *jobs_.back();
 
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
   constexpr int kSleepers = 20;
-  const int wr = report[1];
-  pid_t child = start_in_cgroup(job, [wr] {
+  auto [child, pids] = start_reporting(job, 2 + kSleepers, [](int wr) {
     report_pid(wr);
     // A grandchild that leaves the session, ignores SIGTERM and double-forks away from us.
     pid_t g = ::fork();
@@ -367,10 +384,7 @@ TEST_P(CgroupJobTest, KillAllEndsTheWholeTree) {
     }
     sleep_forever();
   });
-  ::close(report[1]);
   ASSERT_GT(child, 0) << std::strerror(errno);
-  std::vector<pid_t> pids = read_pids(report[0], 2 + kSleepers, 5000ms);
-  ::close(report[0]);
   ASSERT_EQ(pids.size(), static_cast<size_t>(2 + kSleepers)) << "the tree did not start";
   for (pid_t p : pids) EXPECT_EQ(::kill(p, 0), 0) << "pid " << p << " should be alive";
 
@@ -411,10 +425,7 @@ TEST_P(CgroupJobTest, KillAllEndsTheWholeTree) {
 TEST_P(CgroupJobTest, ReopenAfterRestartKillsAndRemoves) {
   auto made = driver_->create("job-reopen", CgroupLimits{});
   ASSERT_TRUE(made.ok()) << made.error().message;
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  const int wr = report[1];
-  pid_t child = start_in_cgroup(**made, [wr] {
+  auto [child, pids] = start_reporting(**made, 4, [](int wr) {
     for (int i = 0; i < 3; ++i)
       if (::fork() == 0) {
         report_pid(wr);
@@ -423,10 +434,7 @@ TEST_P(CgroupJobTest, ReopenAfterRestartKillsAndRemoves) {
     report_pid(wr);
     sleep_forever();
   });
-  ::close(report[1]);
   ASSERT_GT(child, 0);
-  auto pids = read_pids(report[0], 4, 5000ms);
-  ::close(report[0]);
   ASSERT_EQ(pids.size(), 4u);
   (void)(*made)->disown();
   made->reset();  // the "runner" dies; the cgroup and its processes stay
@@ -458,17 +466,11 @@ TEST_P(CgroupJobTest, AHandleByNameOfACgroupMadeElsewhereKillsAndRemovesIt) {
   ASSERT_TRUE(elsewhere.ok()) << elsewhere.error().message;
   auto made = (*elsewhere)->create("job-known", CgroupLimits{});
   ASSERT_TRUE(made.ok()) << made.error().message;
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  const int wr = report[1];
-  pid_t child = start_in_cgroup(**made, [wr] {
+  auto [child, pids] = start_reporting(**made, 1, [](int wr) {
     report_pid(wr);  // in the cgroup by now (pure v1: the child attaches itself)
     sleep_forever();
   });
-  ::close(report[1]);
   ASSERT_GT(child, 0);
-  auto pids = read_pids(report[0], 1, 5000ms);
-  ::close(report[0]);
   ASSERT_EQ(pids.size(), 1u);
   (void)(*made)->disown();
   made->reset();
