@@ -10,10 +10,19 @@
 // Like with like: each `motor run` asks for as many CPUs as the local cargo uses (`--cpus`, every
 // CPU this process may run on: cargo's default -j). Before session 16 the jobs had the runner's
 // default_cpus (1) against the local build's 2, which the edited row's rustc felt.
+// Spares (docs/compile-cache.md "Spares made ahead"): the runner copies the warm target ahead,
+// while it is quiet, and a new workspace takes that copy whole. Before each warm new workspace
+// the bench waits (at most 30 s) until a spare is ready, as an agent's next task finds one when
+// its host had a quiet second since the last new workspace; the copy itself is then not on any
+// measured path, and none runs beside a measured run. It prints how many warm runs took one, and
+// the copy's own time from the runner's log. MOTOR_BENCH_WARM_SPARES=0: the runner copies on the
+// prepare's path instead (warm_spares = false), as before session 22.
 // Run as root (it starts a runner).
 #include <sched.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +65,36 @@ std::string wait_for_fill(const motor::test::RunnerProcess& runner) {
   return "timeout";
 }
 
+// A counter of the runner's metrics (0 when absent).
+long metric(const motor::test::RunnerProcess& runner, const std::string& sample) {
+  motor::test::RawClient c(runner.socket());
+  const std::string m = motor::test::json_field(motor::test::call_method(c, 2, "runner.status", R"({"metrics":true})"),
+                                                "/result/metrics");
+  const auto at = m.find(sample + " ");
+  return at == std::string::npos ? 0 : std::atol(m.c_str() + at + sample.size() + 1);
+}
+
+// Waits until more spares were made than taken (one is ready), at most 30 s.
+void wait_for_spare(const motor::test::RunnerProcess& runner) {
+  for (int i = 0; i < 300; ++i) {
+    if (metric(runner, R"(motor_cache_warm_spares_total{event="made"})") >
+        metric(runner, R"(motor_cache_warm_spares_total{event="taken"})")) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// The copy times the runner logged ("a warm spare of ... made in N ms").
+std::vector<double> spare_copy_ms(const std::string& log) {
+  std::vector<double> ms;
+  static const std::regex made("a warm spare of .* made in ([0-9]+) ms");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), made); it != std::sregex_iterator(); ++it) {
+    ms.push_back(std::stod((*it)[1].str()));
+  }
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +112,10 @@ int main(int argc, char** argv) {
                                motor::test::git_init_script("seed"), MOTOR_SOURCE_DIR))) {
     return 1;
   }
-  motor::test::RunnerProcess runner("cache_fill_command = cargo build\n");
+  const char* spares_env = std::getenv("MOTOR_BENCH_WARM_SPARES");
+  const bool spares = !(spares_env && std::string(spares_env) == "0");
+  motor::test::RunnerProcess runner(std::string("cache_fill_command = cargo build\n") +
+                                    (spares ? "" : "warm_spares = false\n"));
   if (!motor::bench::start_runner(runner)) return 1;
   const std::vector<std::string> env = {"XDG_CACHE_HOME=" + base + "/client-cache"};
   cpu_set_t usable;
@@ -97,13 +139,19 @@ int main(int argc, char** argv) {
   // without (the cold repository's).
   std::vector<double> warm, cold, local, warm_edit, local_edit, true_warm, true_cold;
   auto edit = [](int round) { return fmt::format("printf '// round {}\\n' >> crates/warm-core/src/lib.rs", round); };
+  auto spare_ready = [&] {
+    if (spares) wait_for_spare(runner);
+  };
   for (int i = 0; i < *rounds; ++i) {
+    spare_ready();
     true_warm.push_back(motor_run("warm", fmt::format("true-warm-{}", i), "true"));
     true_cold.push_back(motor_run("cold", fmt::format("true-cold-{}", i), "true"));
+    spare_ready();
     warm.push_back(motor_build("warm", fmt::format("warm-{}", i)));
     cold.push_back(motor_build("cold", fmt::format("cold-{}", i)));
     local.push_back(local_build());
     if (!shell(base + "/warm", edit(i)) || !shell(base + "/local", edit(i))) return 1;
+    spare_ready();
     warm_edit.push_back(motor_build("warm", fmt::format("warm-edit-{}", i)));
     local_edit.push_back(local_build());
     if (!shell(base + "/warm", "git checkout -q -- .") || !shell(base + "/local", "git checkout -q -- .")) return 1;
@@ -118,8 +166,12 @@ int main(int argc, char** argv) {
   fmt::print("  same tree: local cargo build, warm target        median {:8.0f} ms\n", l);
   fmt::print("  one crate edited: new workspace, warm target     median {:8.0f} ms\n", we);
   fmt::print("  one crate edited: local cargo build, warm target median {:8.0f} ms\n", le);
-  fmt::print("  motor run -- true, new workspace: with the copy {:.0f} ms, without {:.0f} ms (median)\n",
+  fmt::print("  motor run -- true, new workspace: warm {:.0f} ms, cold (no target) {:.0f} ms (median)\n",
              median(true_warm), median(true_cold));
+  const auto copies = spare_copy_ms(runner.log());
+  fmt::print("  warm spares: {} of {} warm new workspaces took one; {} made, the copy median {:.0f} ms (off the measured paths)\n",
+             metric(runner, R"(motor_cache_warm_spares_total{event="taken"})"), 3 * *rounds, copies.size(),
+             copies.empty() ? 0.0 : median(copies));
   fmt::print("  ratio warm/local {:.2f} (goal <= 1.2), edited {:.2f}; cold/warm {:.1f}\n", w / l, we / le, c / w);
   motor::test::remove_tree(base);
   return 0;

@@ -69,6 +69,9 @@ struct Config {
   // motor-cache with the caches writable, and whether it gets the outbound network.
   std::string cache_fill_command = "cargo test --workspace --no-run";
   bool cache_fill_network = false;
+  // A copy of each published warm target made ahead while the host is quiet, which the next new
+  // workspace takes whole (docs/compile-cache.md "Spares made ahead").
+  bool warm_spares = true;
   // Eviction of the fills' workspaces and published warm targets (docs/compile-cache.md,
   // "Eviction, status and clear"): the size they may take together, how long an unused one is
   // kept (0 = no limit, each), and how often they are measured and the limits applied.

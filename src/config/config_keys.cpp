@@ -345,6 +345,14 @@ const KeySpec kHostKeys[] = {
      "policy; needs `outbound_network = true`). `true` or `false`.",
      [](Config& c, Value& v) { return to_bool(v.scalar, c.cache_fill_network); },
      [](const Config& c) -> std::string { return c.cache_fill_network ? "true" : "false"; }},
+    {"warm_spares", "", "boolean", Reload::kRestart, false,
+     "",
+     "Whether the runner keeps a spare copy of each repository's published warm target, made "
+     "while no job runs or waits, which the next new workspace takes whole instead of copying "
+     "the target on its prepare's path (docs/compile-cache.md, \"Spares made ahead\"). It "
+     "takes as much disk as the target, under the workspace root. `true` or `false`.",
+     [](Config& c, Value& v) { return to_bool(v.scalar, c.warm_spares); },
+     [](const Config& c) -> std::string { return c.warm_spares ? "true" : "false"; }},
     {"cache_max_size", "", "size", Reload::kRestart, false,
      "Fills' workspaces and warm targets together: past this the least recently used go\n"
      "(never a repository's newest target, nor what a fill or job uses). 0 = no limit.",

@@ -134,4 +134,11 @@ void Runner::clear_cache_of(const std::string& name) {
   cache_fills_.forget_build(name);  // also when nothing was published: exec.status shows it never built
 }
 
+void Runner::warm_target_gone(const std::string& name) {
+  auto it = cache_fills_.repositories().find(name);
+  if (it != cache_fills_.repositories().end() && workspaces_) {
+    workspaces_->warm_target_changed(it->second.caller, it->second.repository_root);  // its spare goes too
+  }
+}
+
 }  // namespace motor::runner

@@ -164,6 +164,7 @@ bool Runner::evict_cache_item(const CacheItem& item) {
     ::unlink((root + "/targets/" + item.name).c_str());
     ::unlink((root + "/targets/" + item.name + ".record").c_str());
     cache_fills_.forget_build(item.name);  // exec.status: never built
+    warm_target_gone(item.name);
   }
   remove_in_cache(trashed);
   return true;

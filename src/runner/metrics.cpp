@@ -36,6 +36,7 @@ constexpr const char* kStartTime = "motor_runner_start_time_seconds";
 constexpr const char* kCacheFillsStarted = "motor_cache_fills_started_total";
 constexpr const char* kCacheFillsFinished = "motor_cache_fills_finished_total";
 constexpr const char* kWarmTargetHits = "motor_cache_warm_target_hits_total";
+constexpr const char* kWarmSpares = "motor_cache_warm_spares_total";
 constexpr const char* kCacheBytes = "motor_cache_bytes";
 constexpr const char* kCacheEvictions = "motor_cache_evictions_total";
 constexpr const char* kCacheEvictedBytes = "motor_cache_evicted_bytes_total";
@@ -150,6 +151,8 @@ Metrics::Metrics() {
   must(define_counter(kCacheFillsFinished, "Compile-cache fill jobs that ended, by result.", {"result"}));
   for (std::string_view r : kCacheFillResults) touch(kCacheFillsFinished, {r});
   must(define_counter(kWarmTargetHits, "Jobs or workspaces that started from a published warm target."));
+  must(define_counter(kWarmSpares, "Spare copies of warm targets made, failed or taken by a new workspace.", {"event"}));
+  for (std::string_view e : kWarmSpareEvents) touch(kWarmSpares, {e});
   must(define_gauge(kCacheBytes, "Bytes of the compile cache at its last measurement, by kind.", {"kind"}));
   for (std::string_view k : kCacheKinds) touch(kCacheBytes, {k});
   must(define_counter(kCacheEvictions, "Fill workspaces and warm targets removed, by reason.", {"reason"}));
@@ -181,6 +184,7 @@ void Metrics::set_start_time_seconds(double unix_seconds) { set(kStartTime, unix
 void Metrics::cache_fill_started() { inc(kCacheFillsStarted); }
 void Metrics::cache_fill_finished(std::string_view result) { inc(kCacheFillsFinished, {result}); }
 void Metrics::warm_target_hit() { inc(kWarmTargetHits); }
+void Metrics::warm_spare(std::string_view event) { inc(kWarmSpares, {event}); }
 void Metrics::set_cache_bytes(std::string_view kind, int64_t bytes) { set(kCacheBytes, {kind}, static_cast<double>(bytes)); }
 void Metrics::cache_evicted(std::string_view reason, int64_t bytes) {
   inc(kCacheEvictions, {reason});

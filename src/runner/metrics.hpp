@@ -36,6 +36,8 @@ inline constexpr std::string_view kRefusalReasons[] = {
 inline constexpr std::string_view kCacheFillResults[] = {"ok", "failed"};
 inline constexpr std::string_view kCacheKinds[] = {"fill", "target", "shared"};  // motor_cache_bytes{kind}
 inline constexpr std::string_view kCacheEvictionReasons[] = {"size", "age", "clear"};
+// What became of warm spares (docs/compile-cache.md "Spares made ahead").
+inline constexpr std::string_view kWarmSpareEvents[] = {"made", "failed", "taken"};
 
 class Metrics {
  public:
@@ -72,6 +74,8 @@ class Metrics {
   void cache_fill_finished(std::string_view result);
   // A job or workspace started from a published warm target.
   void warm_target_hit();
+  // A warm spare made, failed to be made, or taken by a new workspace (kWarmSpareEvents).
+  void warm_spare(std::string_view event);
   // The bytes the last measurement found, per kind (kCacheKinds).
   void set_cache_bytes(std::string_view kind, int64_t bytes);
   // A fill workspace or warm target removed, and why (kCacheEvictionReasons).

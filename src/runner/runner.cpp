@@ -165,6 +165,10 @@ Status Runner::start() {
 
   if (auto s = start_workspaces(); !s) return s;
   if (auto s = start_cache_fills(); !s) return s;
+  // Spares of the published warm targets (a runner before may have left them ready or part-made).
+  for (const auto& [name, f] : cache_fills_.repositories()) {
+    if (!f.published_commit.empty()) workspaces_->want_warm_spare(f.caller, f.repository_root);
+  }
   if (auto s = start_cache_sweeps(); !s) return s;
   return start_systemd_backend();  // then start_rest(): before recover(), it stops the leftover units
 }
@@ -327,6 +331,7 @@ void Runner::job_finished(Job& job) {
   // either (jobs queued or the starter still busy): there each job builds its own, and builds
   // nobody takes only cost the loop CPU it needs then (bench/README.md, session 17).
   if (sandbox_pool_ && admission_.size() == 0 && !job_starter_.busy()) sandbox_pool_->refill();
+  if (workspaces_) workspaces_->poke_warm_spares();  // made only once the host is quiet
   if (shutting_down_) maybe_exit();
 }
 

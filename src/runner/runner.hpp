@@ -205,6 +205,8 @@ class Runner : public JobHost, private AdmissionHost {
   void maybe_start_fill(const std::string& caller, const protocol::RunParams& params, const FillTip& tip);
   void start_fill_job(Job& job, const PendingStart& pending);
   void fill_finished(Job& job);
+  // A repository's published warm target was removed (evicted, cleared): so is its spare.
+  void warm_target_gone(const std::string& name);
   void fill_sandbox(const FillStart& fill, sandbox::SandboxConfig& box) const;
   Status start_cache_fills();
   CacheFills cache_fills_{""};

@@ -61,6 +61,9 @@ Status Runner::start_workspaces() {
     if (warm) warm->in_use = std::make_shared<TargetUses::Use>(warm_target_used(caller, repository_root));
     return warm;
   };
+  ws.warm_spares = config_.warm_spares;
+  ws.host_quiet = [this] { return jobs_.running() == 0 && admission_.size() == 0; };
+  ws.on_warm_spare = [this](std::string_view event) { metrics_.warm_spare(event); };
   workspaces_ = std::make_unique<workspace::Workspaces>(loop_, ws, [this](const std::string& caller, const std::string& key) {
     return jobs_.running_in(caller, key);
   });

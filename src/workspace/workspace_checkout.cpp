@@ -53,13 +53,15 @@ Workspaces::Refusal setup_failed(std::string detail) {
 // workspace's own). Cargo rebuilds a unit when a source it read is newer than the unit's outputs,
 // so the files this tree shares with the warm target's get an mtime older than every output, and
 // those that differ (the diff of the two commits) a fresh one; if anything of that fails, the copy
-// is removed (a cold build, never a wrong one). Then the index takes the new stat data.
+// is removed (a cold build, never a wrong one). Then the index takes the new stat data. With a
+// spare of the warm target ready ($5 = spare), there is no copy here: the runner moves the spare
+// in once this succeeded (workspace_warm_spares.cpp).
 constexpr const char* kCheckoutScript = R"sh(set -u
-commit=$1 tree=$2 mode=$3 warm=${4:-}
+commit=$1 tree=$2 mode=$3 warm=${4:-} spare=${5:-}
 warm_target() {
   cd /workspace || return 1
   git diff --name-only -z --no-renames "$warm" "$commit" > /meta/warm.changed || return 1
-  cp -R --reflink=auto --preserve=mode,timestamps /warm /workspace/target || return 1
+  [ -n "$spare" ] || cp -R --reflink=auto --preserve=mode,timestamps /warm /workspace/target || return 1
   git ls-files -z | xargs -0 -r touch -h -c -d @946684800 -- || return 1  # 2000-01-01
   xargs -0 -r touch -h -c -- < /meta/warm.changed || return 1
   git update-index -q --refresh >/dev/null 2>&1
@@ -90,7 +92,7 @@ elif [ "$mode" != clean ] || ! git read-tree -m -u HEAD "$commit" 2>/dev/null; t
   git clean -ffdq || exit 12
 fi
 if [ "$mode" = new ] && [ -n "$warm" ] && [ -d /warm ] && [ ! -e /workspace/target ] && [ ! -L /workspace/target ]; then
-  warm_target || { echo "no warm target: starting cold" >&2; rm -rf /workspace/target; }
+  if warm_target; then echo warm-target-ready; else echo "no warm target: starting cold" >&2; rm -rf /workspace/target; fi
   rm -f /meta/warm.changed
 fi
 echo "$commit" > /meta/git/HEAD || exit 12
@@ -162,6 +164,9 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   // Only a workspace with no record may be new (the script checks that it is empty).
   std::optional<WarmTarget> warm;
   if (current == records_.end() && s_.warm_target) warm = s_.warm_target(caller, next.tree.repository_root);
+  // A spare made ahead is taken whole (moved in once the checkout succeeded) instead of copied.
+  std::optional<std::string> spare;
+  if (warm) spare = take_warm_spare(caller, next.tree.repository_root, *warm);
   ChildSpec spec;
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(workspace, meta_dir(caller, key), next.mirror, kCheckoutScript, warm ? warm->dir : "");
@@ -169,6 +174,7 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   spec.argv.push_back(next.tree.tree);
   spec.argv.push_back(clean ? "clean" : "full");
   if (warm) spec.argv.push_back(warm->source_commit);
+  if (spare) spec.argv.push_back("spare");
   spec.env = git_env();
   spec.timeout_ms = kCheckoutTimeoutMs;
   spec.max_stdout_bytes = 64 * 1024;
@@ -181,10 +187,21 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
   }
   const uint64_t checkout_start = uv_hrtime();
   run_helper(std::move(spec), 0, [this, alive = alive_, caller, key, k, mark, next = std::move(next), checkout_start,
-                                  warmed = warm.has_value(), warm_in_use = warm ? warm->in_use : nullptr,
-                                  then = std::move(then)](ChildResult r) mutable {
+                                  warmed = warm.has_value(), warm_in_use = warm ? warm->in_use : nullptr, spare,
+                                  workspace, then = std::move(then)](ChildResult r) mutable {
     warm_in_use.reset();  // the copy is over
     if (!*alive) return;
+    // The script says when the warm steps ran and succeeded (not for a tree that has a target of
+    // its own). The spare goes in before the workspace counts as prepared (nothing runs in it
+    // until then).
+    const bool warm_ok = warmed && r.ok() && r.out.find("warm-target-ready") != std::string::npos;
+    bool spare_placed = false;
+    if (spare) {
+      spare_placed = warm_ok && place_warm_spare(*spare, workspace);
+      return_warm_spare(caller, next.tree.repository_root);
+      if (spare_placed && s_.on_warm_spare) s_.on_warm_spare("taken");
+    }
+    if (warmed && r.ok()) want_warm_spare(caller, next.tree.repository_root);  // for the next new workspace
     settle(k);
     unlink(mark.c_str());
     if (!r.ok() && (r.exit_code == 11 || r.exit_code == 13)) {
@@ -199,10 +216,14 @@ void Workspaces::checkout(const std::string& caller, const std::string& key, Rec
       unlink(record_path(caller, key).c_str());
       return then(setup_failed("updating the workspace failed: " + r.describe()), nullptr);
     }
-    if (warmed && r.err_tail.find("no warm target") != std::string::npos) {
-      log_info("a new workspace of {} starts cold: {}", next.tree.repository_root, r.err_tail);
+    if (warmed && !warm_ok) {
+      log_info("a new workspace of {} starts cold: {}", next.tree.repository_root,
+               r.err_tail.empty() ? "its tree has a target of its own" : r.err_tail);
+    } else if (spare && !spare_placed) {
+      log_info("a new workspace of {} starts cold: its warm spare could not be moved in", next.tree.repository_root);
     } else if (warmed) {
-      log_info("a new workspace of {} starts from its warm target", next.tree.repository_root);
+      log_info("a new workspace of {} starts from its warm target{}", next.tree.repository_root,
+               spare ? " (a spare made ahead)" : "");
     }
     next.tree.prepared_at_ms = now_ms();
     next.tree.checkout_ms = static_cast<int64_t>((uv_hrtime() - checkout_start) / 1000000);

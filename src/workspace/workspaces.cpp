@@ -1,6 +1,7 @@
 // Workspaces: start-up, the sandbox helper runs, listing and dropping workspaces. The other
 // concerns have files of their own: workspace_transfer.cpp (prepare, upload, finish),
-// workspace_checkout.cpp, workspace_scan.cpp, workspace_mirrors.cpp, workspace_records.cpp.
+// workspace_checkout.cpp, workspace_scan.cpp, workspace_mirrors.cpp, workspace_records.cpp,
+// workspace_warm_spares.cpp.
 #include "workspace/workspaces.hpp"
 
 #include <dirent.h>
@@ -166,7 +167,11 @@ std::vector<std::string> Workspaces::sandbox_argv(const std::string& workspace, 
                                                   const std::string& warm) const {
   std::vector<std::string> argv = {s_.sandbox_helper, "--uid", std::to_string(s_.job_uid), "--gid",
                                    std::to_string(s_.job_gid), "--init", s_.init_path,
-                                   "--workspace", workspace + ":/workspace", "--rw", meta + ":/meta"};
+                                   "--workspace", workspace + ":/workspace"};
+  if (!meta.empty()) {
+    argv.push_back("--rw");
+    argv.push_back(meta + ":/meta");
+  }
   if (!mirror.empty()) {
     argv.push_back("--ro");
     argv.push_back(mirror + ":/mirror");
@@ -263,26 +268,42 @@ Status Workspaces::drop(const std::string& caller, const std::string& key, std::
   const std::string trash = fmt::format("{}/workspace-trash/{}-{}", s_.state_dir, now_ms(), ++counter);
   reactor::SlowCall timed("moving a dropped workspace aside");
   if (mkdir(trash.c_str(), 0700) < 0) return sys_error("creating " + trash);
-  const std::string trash_ws = trash + "/workspace", trash_meta = trash + "/meta";
-  if (existed && rename(dir.c_str(), trash_ws.c_str()) < 0) return sys_error("moving " + dir);
+  if (existed && rename(dir.c_str(), (trash + "/workspace").c_str()) < 0) return sys_error("moving " + dir);
   if (existed) forget_workspace_key(s_.workspace_root, caller, key);
-  if (!existed) (void)ensure_owned_dir(trash_ws, 0700, s_.job_uid, s_.job_gid);
-  if (meta_existed && rename(meta.c_str(), trash_meta.c_str()) < 0) return sys_error("moving " + meta);
-  if (!meta_existed) (void)ensure_owned_dir(trash_meta, 0700, s_.job_uid, s_.job_gid);
+  if (meta_existed && rename(meta.c_str(), (trash + "/meta").c_str()) < 0) return sys_error("moving " + meta);
+  empty_trash(trash, [done = std::move(done)] { done(true); });
+  return {};
+}
+
+void Workspaces::empty_trash(const std::string& trash, std::function<void()> done) {
+  const std::string trash_ws = trash + "/workspace", trash_meta = trash + "/meta";
+  (void)ensure_owned_dir(trash_ws, 0700, s_.job_uid, s_.job_gid);  // kept if there
+  (void)ensure_owned_dir(trash_meta, 0700, s_.job_uid, s_.job_gid);
   ChildSpec spec;
   spec.file = s_.sandbox_helper;
   spec.argv = sandbox_argv(trash_ws, trash_meta, "", kDropScript);
   spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   spec.timeout_ms = kCheckoutTimeoutMs;
-  run_helper(std::move(spec), 0, [alive = alive_, trash, trash_ws, trash_meta, done = std::move(done)](ChildResult r) {
+  run_helper(std::move(spec), 0, [alive = alive_, trash, trash_ws, trash_meta, done = std::move(done)](ChildResult) {
     if (!*alive) return;
     reactor::SlowCall timed_rm("removing an emptied workspace");
     rmdir(trash_ws.c_str());
     rmdir(trash_meta.c_str());
     rmdir(trash.c_str());
-    (void)r;
-    done(true);
+    done();
   });
+}
+
+Status Workspaces::discard_job_tree(const std::string& dir) {
+  static uint64_t counter = 0;
+  const std::string trash = fmt::format("{}/workspace-trash/{}-spare-{}", s_.state_dir, now_ms(), ++counter);
+  if (mkdir(trash.c_str(), 0700) < 0) return sys_error("creating " + trash);
+  if (rename(dir.c_str(), (trash + "/workspace").c_str()) < 0) {
+    Status st = sys_error("moving " + dir);
+    rmdir(trash.c_str());
+    return st;
+  }
+  empty_trash(trash, [] {});
   return {};
 }
 

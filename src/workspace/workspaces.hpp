@@ -60,6 +60,13 @@ struct WorkspaceSettings {
   int64_t helper_memory_bytes = int64_t{2} << 30;  // checkout and drop; a scan is charged its job's limit
   // The warm target a new workspace of (caller, repository_root) starts from. Unset: none.
   std::function<std::optional<WarmTarget>(const std::string& caller, const std::string& repository_root)> warm_target;
+  // A spare per repository (docs/compile-cache.md "Spares made ahead"): a copy of its warm target
+  // made while the host is quiet, which the next new workspace takes with one rename instead of
+  // copying on its prepare's path. `host_quiet`: no job runs or waits (unset: never quiet).
+  bool warm_spares = true;
+  std::function<bool()> host_quiet;
+  // Counts for the metrics: "made", "failed" (a spare's copy), "taken" (a new workspace took one).
+  std::function<void(std::string_view what)> on_warm_spare;
 };
 
 // What a workspace was last prepared to (kept in memory and in <state>/workspace-git).
@@ -110,6 +117,16 @@ class Workspaces {
   Status drop(const std::string& caller, const std::string& key, std::function<void(bool existed)> done);
   // A connection closed: its unfinished transfers are discarded (transfer_interrupted).
   void session_closed(uint64_t session);
+
+  // The repository's published warm target changed (a fill published one; it was evicted or
+  // cleared): its spare is discarded and, while one is published, a new one made once the host is
+  // quiet.
+  void warm_target_changed(const std::string& caller, const std::string& repository_root);
+  // The host may have become quiet (a job ended): wanted spares are made a second later if it
+  // still is then (a job started right after the last one is not slowed by a copy beside it).
+  void poke_warm_spares();
+  // A spare of the repository's warm target is wanted (start-up: one may be there already).
+  void want_warm_spare(const std::string& caller, const std::string& repository_root);
 
   // A prepare is rewriting this workspace: its jobs wait.
   bool busy(const std::string& caller, const std::string& key) const;
@@ -210,7 +227,29 @@ class Workspaces {
                      std::optional<FsStamp> stamp, JobReport base, std::function<void(JobReport)> done);
   // The report of a scan, from the git scan's output or a baseline.
   void answer_scan(const std::string& k, const ChangeReport& report, JobReport base, std::function<void(JobReport)>& done);
-  // `warm`: a warm target to bind read-only at /warm ("": none).
+  // Spares: <workspace root>/.warm-spares/<hash of caller and repository>/<published dir's name>/
+  // target, owned by the job account (workspace_warm_spares.cpp).
+  struct WarmSpare {
+    bool wanted = false;  // made when the host is quiet next
+    bool making = false;
+    bool taken = false;   // a checkout holds it (its rename into the workspace is pending)
+  };
+  std::string spares_dir(const std::string& caller, const std::string& repository_root) const;
+  // The ready spare of `warm`, claimed for one checkout (give it back with return_warm_spare), or
+  // nullopt.
+  std::optional<std::string> take_warm_spare(const std::string& caller, const std::string& repository_root,
+                                             const WarmTarget& warm);
+  // Moves a taken spare to <workspace>/target (never over anything there); false: it stays.
+  bool place_warm_spare(const std::string& spare, const std::string& workspace);
+  void return_warm_spare(const std::string& caller, const std::string& repository_root);
+  void make_wanted_spares();
+  void make_warm_spare(const std::string& caller, const std::string& repository_root);
+  // Moves `dir` (a tree the job account owns) aside at once, empties it in the sandbox as that
+  // account and removes it.
+  Status discard_job_tree(const std::string& dir);
+  // Empties <trash>/workspace and <trash>/meta as the job account, then removes the three.
+  void empty_trash(const std::string& trash, std::function<void()> done);
+  // `meta` ("": none) is bound at /meta, `warm` (a warm target; "": none) read-only at /warm.
   std::vector<std::string> sandbox_argv(const std::string& workspace, const std::string& meta,
                                         const std::string& mirror, const std::string& script,
                                         const std::string& warm = "") const;
@@ -230,6 +269,8 @@ class Workspaces {
   };
   std::map<std::string, MirrorUse> mirrors_;  // by host path
   reactor::UvHandle<uv_timer_t> expiry_;
+  std::map<std::pair<std::string, std::string>, WarmSpare> spares_;  // by (caller, repository_root)
+  reactor::UvHandle<uv_timer_t> spare_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // async callbacks check it
 };
 

@@ -46,8 +46,9 @@ class CacheFill : public ::testing::Test {
     runner_.reset();
     remove_tree(base_);
   }
-  void start_runner(const std::string& fill_command) {
-    runner_ = std::make_unique<RunnerProcess>("cache_paths = " + shared_ + "\ncache_fill_command = " + fill_command + "\n");
+  void start_runner(const std::string& fill_command, const std::string& more_config = "") {
+    runner_ = std::make_unique<RunnerProcess>("cache_paths = " + shared_ + "\ncache_fill_command = " + fill_command + "\n" +
+                                              more_config);
     ASSERT_TRUE(runner_->start()) << runner_->log();
   }
   CommandResult run_in_clone(const std::string& command) {
@@ -79,6 +80,42 @@ class CacheFill : public ::testing::Test {
   }
   CommandResult run_in_workspace(const std::string& key, const std::string& command) {
     return runner_->client_in(clone_, {"run", "-w", key, "-c", command}, env_, std::chrono::seconds(280));
+  }
+  std::string metrics() {
+    RawClient c(runner_->socket());
+    return json_field(call_method(c, 2, "runner.status", R"({"metrics":true})"), "/result/metrics");
+  }
+  // Polls the metrics until they hold `line` (a sample and its value).
+  bool wait_for_metric(const std::string& line) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (metrics().find(line + "\n") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // A new workspace of the published tree: its target/ is its own, and nothing is compiled.
+  void expect_warm_first_build(const std::string& key) {
+    auto warm = run_in_workspace(key, "stat -c %U target/debug/warm-app && cargo build -v 2>&1 && target/debug/warm-app");
+    ASSERT_EQ(warm.exit_code, 0) << warm.out << warm.err << runner_->log();
+    EXPECT_EQ(warm.out.substr(0, warm.out.find('\n')), "motor-job");  // the workspace's own copy
+    for (const char* krate : {"regex", "serde", "warm-core", "warm-macros", "warm-app"}) {
+      EXPECT_NE(warm.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << warm.out;
+    }
+    EXPECT_EQ(warm.out.find("Compiling"), std::string::npos) << warm.out;  // nothing recompiled
+    EXPECT_NE(warm.out.find("\n45\n"), std::string::npos) << warm.out;
+  }
+  // Edits warm-core in the clone: a new workspace compiles exactly it and its dependant.
+  void expect_edited_crates_rebuilt(const std::string& key) {
+    sh(clone_, "echo 'pub const EDITED: bool = true;' >> crates/warm-core/src/lib.rs");
+    auto edited = run_in_workspace(key, "cargo build -v 2>&1");
+    ASSERT_EQ(edited.exit_code, 0) << edited.out << edited.err;
+    for (const char* krate : {"warm-core", "warm-app"}) {
+      EXPECT_NE(edited.out.find(fmt::format("Compiling {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
+    }
+    for (const char* krate : {"regex", "serde", "warm-macros"}) {
+      EXPECT_NE(edited.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
+    }
   }
   std::string main_commit() {
     auto out = sh(clone_, "git rev-parse main");
@@ -141,35 +178,21 @@ TEST_F(CacheFill, current_client_unverified_default_tip_runs_and_prepares_withou
 
 // The fill builds the tree at /workspace with its target at /workspace/target, where a caller's
 // job builds the same tree: cargo's fingerprints (absolute paths) hold in a copy of it.
+// Spares off: each new workspace copies the target on its prepare's path (the next test takes a
+// spare made ahead).
 TEST_F(CacheFill, a_new_workspace_starts_from_the_published_warm_target_and_its_first_build_is_warm) {
   MOTOR_REQUIRE(access("/usr/bin/cargo", X_OK) == 0, "scripts/setup installs Debian's cargo and rustc");
   push_fixture("rust-workspace");
-  start_runner("cargo build");
+  start_runner("cargo build", "warm_spares = false\n");
   // The first workspace, made before anything was published, keeps a target of its own.
   ASSERT_EQ(run_in_clone("mkdir target && echo mine > target/own").exit_code, 0);
   bool seen_running = false;
   const std::string end = wait_for_fill_end(&seen_running);
   ASSERT_EQ(json_field(end, "/result/repositories/0/last_rebuild_result"), "ok") << end << runner_->log();
 
-  auto warm = run_in_workspace("warm-1", "stat -c %U target/debug/warm-app && cargo build -v 2>&1 && target/debug/warm-app");
-  ASSERT_EQ(warm.exit_code, 0) << warm.out << warm.err << runner_->log();
-  EXPECT_EQ(warm.out.substr(0, warm.out.find('\n')), "motor-job");  // the workspace's own copy
-  for (const char* krate : {"regex", "serde", "warm-core", "warm-macros", "warm-app"}) {
-    EXPECT_NE(warm.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << warm.out;
-  }
-  EXPECT_EQ(warm.out.find("Compiling"), std::string::npos) << warm.out;  // nothing recompiled
-  EXPECT_NE(warm.out.find("\n45\n"), std::string::npos) << warm.out;
-
+  expect_warm_first_build("warm-1");
   // A tree that differs from the published one rebuilds exactly what differs.
-  sh(clone_, "echo 'pub const EDITED: bool = true;' >> crates/warm-core/src/lib.rs");
-  auto edited = run_in_workspace("warm-2", "cargo build -v 2>&1");
-  ASSERT_EQ(edited.exit_code, 0) << edited.out << edited.err;
-  for (const char* krate : {"warm-core", "warm-app"}) {
-    EXPECT_NE(edited.out.find(fmt::format("Compiling {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
-  }
-  for (const char* krate : {"regex", "serde", "warm-macros"}) {
-    EXPECT_NE(edited.out.find(fmt::format("Fresh {} v", krate)), std::string::npos) << krate << "\n" << edited.out;
-  }
+  expect_edited_crates_rebuilt("warm-2");
   // The workspace that existed before is never given the warm target.
   auto old = run_in_clone("cat target/own && test ! -e target/debug && echo untouched");
   EXPECT_EQ(old.out, "mine\nuntouched\n") << old.err;
@@ -177,6 +200,45 @@ TEST_F(CacheFill, a_new_workspace_starts_from_the_published_warm_target_and_its_
   RawClient c(runner_->socket());
   const std::string metrics = json_field(call_method(c, 2, "runner.status", R"({"metrics":true})"), "/result/metrics");
   EXPECT_NE(metrics.find("motor_cache_warm_target_hits_total 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("motor_cache_warm_spares_total{event=\"made\"} 0\n"), std::string::npos) << metrics;
+}
+
+// With spares (the default): once the host is quiet after the fill, a copy of the warm target is
+// made ahead; the next new workspace takes it whole (its own, warm: nothing to compile), and
+// another is made for the one after, which starts from it with exactly its edited crates stale.
+// `motor cache clear` removes the spare with the target.
+TEST_F(CacheFill, a_spare_made_ahead_is_moved_whole_into_the_next_new_workspace) {
+  MOTOR_REQUIRE(access("/usr/bin/cargo", X_OK) == 0, "scripts/setup installs Debian's cargo and rustc");
+  push_fixture("rust-workspace");
+  start_runner("cargo build");
+  ASSERT_EQ(run_in_clone("true").exit_code, 0);
+  bool seen_running = false;
+  const std::string end = wait_for_fill_end(&seen_running);
+  ASSERT_EQ(json_field(end, "/result/repositories/0/last_rebuild_result"), "ok") << end << runner_->log();
+  ASSERT_TRUE(wait_for_metric("motor_cache_warm_spares_total{event=\"made\"} 1")) << metrics() << runner_->log();
+
+  expect_warm_first_build("spare-1");
+  EXPECT_NE(metrics().find("motor_cache_warm_spares_total{event=\"taken\"} 1\n"), std::string::npos) << metrics();
+  EXPECT_NE(runner_->log().find("starts from its warm target (a spare made ahead)"), std::string::npos) << runner_->log();
+
+  // The next spare, made once that job ended; an edited tree rebuilds exactly what differs.
+  ASSERT_TRUE(wait_for_metric("motor_cache_warm_spares_total{event=\"made\"} 2")) << metrics() << runner_->log();
+  expect_edited_crates_rebuilt("spare-2");
+  EXPECT_NE(metrics().find("motor_cache_warm_spares_total{event=\"taken\"} 2\n"), std::string::npos) << metrics();
+
+  // A tree with a target of its own keeps it: the spare is neither moved over it nor used up.
+  ASSERT_TRUE(wait_for_metric("motor_cache_warm_spares_total{event=\"made\"} 3")) << metrics() << runner_->log();
+  sh(clone_, "git checkout -q -- . && sed -i '/target/d' .gitignore && mkdir -p target && echo mine > target/README");
+  auto own = run_in_workspace("spare-own", "cat target/README && test ! -e target/debug && echo no-copy");
+  EXPECT_EQ(own.out, "mine\nno-copy\n") << own.err << runner_->log();
+  EXPECT_NE(metrics().find("motor_cache_warm_spares_total{event=\"taken\"} 2\n"), std::string::npos) << metrics();
+  sh(clone_, "git checkout -q -- .gitignore && rm -r target");
+
+  // Cleared with the target: no spare left on disk, and the next new workspace starts cold.
+  ASSERT_EQ(runner_->client({"cache", "clear", clone_}).exit_code, 0);
+  EXPECT_EQ(sh(runner_->state_dir() + "/workspaces", "find .warm-spares -mindepth 2 | wc -l"), "0\n");
+  auto cold = run_in_workspace("spare-3", "test ! -e target && echo cold");
+  EXPECT_EQ(cold.out, "cold\n") << cold.err;
 }
 
 // A caller's cargo build runs a build script and a proc-macro that rewrite, create and replace
