@@ -91,6 +91,7 @@ void Workspaces::prepare(uint64_t session, const std::string& caller,
     ++busy_[k];
     return checkout(caller, p.workspace_key, std::move(next), reply_when_checked(transfer_id, std::move(reply)));
   }
+  if (prepare_from_sibling(caller, p, mirror, transfer_id, reply)) return;
   auto t = std::make_unique<Transfer>();
   t->id = transfer_id;  // kept: a refusal below names it too
   t->caller = caller;
@@ -120,6 +121,47 @@ void Workspaces::prepare(uint64_t session, const std::string& caller,
   w.field("bundle_ref", kBundleRef).end_object();
   transfers_[t->id] = std::move(t);
   reply(w.take());
+}
+
+// Another workspace of this caller and repository was prepared to this very tree (a new workspace
+// of an unchanged checkout, the common case): its commit is in the mirror, kept there while its
+// record names it, so this one is checked out to it with no bundle: none of the client's commit,
+// pack and upload, nor the ingest (docs/workspaces.md). An untrusted prepare takes it only from a
+// workspace whose tree passed the screen from the same base. The mirror is held (no collection
+// meanwhile) until the checkout has answered.
+bool Workspaces::prepare_from_sibling(const std::string& caller, const protocol::WorkspaceParams& p,
+                                      const std::string& mirror, const std::string& transfer_id, Reply& reply) {
+  const std::string k = id_key(caller, p.workspace_key);
+  auto sibling = std::find_if(records_.begin(), records_.end(), [&](const auto& entry) {
+    const Record& r = entry.second;
+    return entry.first != k && entry.first.starts_with(caller + "/") && r.mirror == mirror &&
+           r.tree.tree == p.tree_hash && (!p.untrusted || r.tree.screened_base == p.screen_base);
+  });
+  if (sibling == records_.end()) return false;
+  if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
+    reply(final_reply(transfer_id,
+                      Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
+                              "a job or another prepare is using this workspace; try again when it ends", std::nullopt},
+                      nullptr));
+    return true;
+  }
+  Record next;
+  if (auto own = records_.find(k); own != records_.end()) next.git = own->second.git;
+  next.mirror = mirror;
+  next.tree.repository_root = p.repository_root;
+  next.tree.commit = sibling->second.tree.commit;
+  next.tree.tree = p.tree_hash;
+  if (p.untrusted) next.tree.screened_base = p.screen_base;
+  ++busy_[k];
+  Reply released = [this, alive = alive_, mirror, inner = std::move(reply)](Expected<std::string> result) {
+    inner(std::move(result));
+    if (*alive) release_mirror(mirror);
+  };
+  use_mirror(mirror, [this, caller, key = p.workspace_key, next = std::move(next), transfer_id,
+                      released = std::move(released)]() mutable {
+    checkout(caller, key, std::move(next), reply_when_checked(transfer_id, std::move(released)));
+  });
+  return true;
 }
 
 // exec-remote/v1's prepare names only base_commit: the caller's local side snapshots and syncs,

@@ -200,6 +200,10 @@ class Workspaces {
   void maintain_mirror(const std::string& mirror);
   size_t mirror_pack_count(const std::string& mirror) const;
   void remove_mirror_files(const std::string& path);
+  // A prepare of a tree another workspace of the caller's repository has: checked out to that
+  // workspace's commit, no bundle. False: there is none (the reply is untouched).
+  bool prepare_from_sibling(const std::string& caller, const protocol::WorkspaceParams& p, const std::string& mirror,
+                            const std::string& transfer_id, Reply& reply);
   // A prepare without tree_hash (exec-remote/v1: base_commit): from the mirror, or snapshot_failed.
   void prepare_to_commit(const std::string& caller, const protocol::WorkspaceParams& p, std::string transfer_id,
                          Reply reply);

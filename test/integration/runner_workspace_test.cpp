@@ -113,6 +113,34 @@ TEST_F(RunnerWorkspace, SecondPrepareAfterOneLineEditSendsSmallBundleAndRewrites
   EXPECT_EQ(prepared_bytes(third), 0) << third.out;
 }
 
+// A new workspace of a tree another workspace of the same repository has is checked out from the
+// mirror: nothing is sent. A tree nobody has is sent as before.
+TEST_F(RunnerWorkspace, ANewWorkspaceOfATreeAnotherHasIsPreparedWithoutABundle) {
+  auto first = motor({"workspace", "prepare", "-w", "a"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_GT(prepared_bytes(first), 0) << first.out;
+  auto same = motor({"workspace", "prepare", "-w", "b"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(prepared_bytes(same), 0) << same.out;
+  EXPECT_EQ(snapshot(ws("b")), snapshot(ws("a")));
+  EXPECT_FALSE(exists(ws("b") + "/.git"));
+
+  sh(repo_, "echo edited >> f1.txt");
+  auto edited = motor({"workspace", "prepare", "-w", "c"});
+  ASSERT_EQ(edited.exit_code, 0) << edited.err;
+  EXPECT_GT(prepared_bytes(edited), 0) << edited.out;
+  EXPECT_EQ(read_file(ws("c") + "/f1.txt"), "line 1\nedited\n");
+  EXPECT_EQ(read_file(ws("b") + "/f1.txt"), "line 1\n");
+  // A run in b first syncs it to c's tree (no bundle either), then changes it; a prepare undoes that.
+  auto job = motor({"run", "-w", "b", "--", "sh", "-c", "echo more >> f2.txt"});
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  auto again = motor({"workspace", "prepare", "-w", "b"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(prepared_bytes(again), 0) << again.out;
+  EXPECT_EQ(read_file(ws("b") + "/f2.txt"), "line 2\n");
+  EXPECT_EQ(read_file(ws("b") + "/f1.txt"), "line 1\nedited\n");
+}
+
 class RunnerWorkspaceSmallLimit : public RunnerWorkspace {
   std::string extra_config() override { return "max_bundle_size = 1M\n"; }
 };
