@@ -96,6 +96,28 @@ TEST_F(ChildProcessTest, ReportsExitCodeOutputAndStderrTail) {
   EXPECT_EQ(fine.out, "ok");
 }
 
+// A child with no account to switch to is started sharing the caller's memory (posix_spawn);
+// it starts as uv_spawn's children do: no signal ignored or blocked though the caller ignores
+// SIGPIPE and blocks SIGUSR1, stdin /dev/null, the asked cwd, only the given environment.
+TEST_F(ChildProcessTest, AChildStartsWithDefaultSignalsNullStdinItsCwdAndOnlyItsEnvironment) {
+  struct sigaction ignore {}, old_pipe {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGPIPE, &ignore, &old_pipe), 0);
+  sigset_t usr1, old_mask;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &usr1, &old_mask), 0);
+  // glibc's posix_spawn leaves its own two internal signals (32, 33) ignored: no program sees them.
+  auto spec = shell("ign=$(grep ^SigIgn /proc/self/status | cut -f2); blk=$(grep ^SigBlk /proc/self/status | cut -f2); "
+                    "echo $(( 0x$ign & ~0x180000000 )) $(( 0x$blk )); readlink /proc/self/fd/0; pwd; env | grep -v '^PWD='");
+  spec.cwd = "/usr";
+  auto e = run(spec);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ASSERT_TRUE(e.ok()) << e.describe();
+  EXPECT_EQ(e.out, "0 0\n/dev/null\n/usr\nPATH=/usr/bin:/bin\n");
+}
+
 TEST_F(ChildProcessTest, BoundsStdoutAndSaysItWasCut) {
   auto spec = shell("head -c 1000000 /dev/zero; head -c 100000 /dev/zero >&2");
   spec.max_stdout_bytes = 1000;
