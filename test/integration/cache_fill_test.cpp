@@ -237,6 +237,14 @@ TEST_F(CacheFill, a_spare_made_ahead_is_moved_whole_into_the_next_new_workspace)
   // Cleared with the target: no spare left on disk, and the next new workspace starts cold.
   ASSERT_EQ(runner_->client({"cache", "clear", clone_}).exit_code, 0);
   EXPECT_EQ(sh(runner_->state_dir() + "/workspaces", "find .warm-spares -mindepth 2 | wc -l"), "0\n");
+  // Emptied as the job account and removed: nothing left aside either.
+  std::string trash;
+  for (int i = 0; i < 300; ++i) {
+    trash = sh(runner_->state_dir(), "find workspace-trash -mindepth 1 | wc -l");
+    if (trash == "0\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(trash, "0\n");
   auto cold = run_in_workspace("spare-3", "test ! -e target && echo cold");
   EXPECT_EQ(cold.out, "cold\n") << cold.err;
 }
