@@ -136,14 +136,13 @@ void Runner::fill_finished(Job& job) {
   if (!cache_fills_.is_fill(job.id())) return;
   const auto& outcome = job.outcome();
   const bool succeeded = outcome.kind == protocol::Outcome::Kind::kExit && outcome.code == 0;
-  const std::string caller = cache_fills_.of_job(job.id())->caller;
-  const std::string repository_root = cache_fills_.of_job(job.id())->repository_root;
+  const RepositoryFill fill = *cache_fills_.of_job(job.id());  // a copy: finished() changes it
   auto replaced = cache_fills_.finished(job.id(), succeeded, unix_now_ms());
   metrics_.cache_fill_finished(replaced ? "ok" : "failed");
   sweep_cache();  // what the fill added counts against cache_max_size now
   if (!replaced) return log_info("job {}: cache fill failed: {}", job.id(), replaced.error().message);
   log_info("job {}: cache fill published", job.id());
-  workspaces_->warm_target_changed(caller, repository_root);
+  workspaces_->warm_target_changed(fill.caller, fill.repository_root);
   if (replaced->empty()) return;
   remove_in_cache(*replaced);
 }

@@ -28,6 +28,19 @@ namespace motor::workspace {
 
 using namespace detail;
 
+std::optional<Workspaces::Refusal> Workspaces::in_use_refusal(const std::string& caller, const std::string& key) const {
+  if (!busy(caller, key) && !jobs_running_(caller, key)) return std::nullopt;
+  return Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
+                 "a job or another prepare is using this workspace; try again when it ends", std::nullopt};
+}
+
+Workspaces::Reply Workspaces::releasing_mirror(const std::string& mirror, Reply reply) {
+  return [this, alive = alive_, mirror, inner = std::move(reply)](Expected<std::string> result) {
+    inner(std::move(result));
+    if (*alive) release_mirror(mirror);
+  };
+}
+
 std::string Workspaces::final_reply(const std::string& transfer_id,
                                     const std::optional<Refusal>& refusal, const Record* prepared) const {
   protocol::JsonWriter w;
@@ -75,9 +88,7 @@ void Workspaces::prepare(uint64_t session, const std::string& caller,
   // An untrusted prepare takes this way only if the tree passed the screen from the same base.
   if (auto it = records_.find(k); it != records_.end() && it->second.tree.tree == p.tree_hash && it->second.mirror == mirror &&
                                   (!p.untrusted || it->second.tree.screened_base == p.screen_base)) {
-    if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
-      return refuse(protocol::RefusalReason::kWorkspaceSetupFailed, "a job or another prepare is using this workspace; try again when it ends");
-    }
+    if (auto used = in_use_refusal(caller, p.workspace_key)) return reply(final_reply(transfer_id, used, nullptr));
     // Untouched since its checkout (the scan after each job found no change and no .git): the
     // checkout would change nothing. An unchanged checkout's `motor run` costs no helper then.
     if (!it->second.dirty) {
@@ -138,11 +149,8 @@ bool Workspaces::prepare_from_sibling(const std::string& caller, const protocol:
            r.tree.tree == p.tree_hash && (!p.untrusted || r.tree.screened_base == p.screen_base);
   });
   if (sibling == records_.end()) return false;
-  if (busy(caller, p.workspace_key) || jobs_running_(caller, p.workspace_key)) {
-    reply(final_reply(transfer_id,
-                      Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
-                              "a job or another prepare is using this workspace; try again when it ends", std::nullopt},
-                      nullptr));
+  if (auto used = in_use_refusal(caller, p.workspace_key)) {
+    reply(final_reply(transfer_id, used, nullptr));
     return true;
   }
   Record next;
@@ -153,10 +161,7 @@ bool Workspaces::prepare_from_sibling(const std::string& caller, const protocol:
   next.tree.tree = p.tree_hash;
   if (p.untrusted) next.tree.screened_base = p.screen_base;
   ++busy_[k];
-  Reply released = [this, alive = alive_, mirror, inner = std::move(reply)](Expected<std::string> result) {
-    inner(std::move(result));
-    if (*alive) release_mirror(mirror);
-  };
+  Reply released = releasing_mirror(mirror, std::move(reply));
   use_mirror(mirror, [this, caller, key = p.workspace_key, next = std::move(next), transfer_id,
                       released = std::move(released)]() mutable {
     checkout(caller, key, std::move(next), reply_when_checked(transfer_id, std::move(released)));
@@ -203,12 +208,7 @@ void Workspaces::prepare_to_commit(const std::string& caller, const protocol::Wo
                                        std::nullopt},
                                nullptr));
     }
-    if (busy(caller, key) || jobs_running_(caller, key)) {
-      return reply(final_reply(transfer_id,
-                               Refusal{protocol::RefusalReason::kWorkspaceSetupFailed,
-                                       "a job or another prepare is using this workspace; try again when it ends", std::nullopt},
-                               nullptr));
-    }
+    if (auto used = in_use_refusal(caller, key)) return reply(final_reply(transfer_id, used, nullptr));
     Record next;
     if (auto it = records_.find(id_key(caller, key)); it != records_.end()) next.git = it->second.git;
     next.mirror = mirror;
@@ -309,9 +309,7 @@ void Workspaces::finish(uint64_t session, const std::string& caller, const proto
   if (::lseek(bundle->get(), static_cast<off_t>(header->pack_offset), SEEK_SET) < 0) {
     return refuse(protocol::RefusalReason::kWorkspaceSetupFailed, fmt::format("reading the bundle: {}", std::strerror(errno)));
   }
-  if (busy(caller, t->key) || jobs_running_(caller, t->key)) {
-    return refuse(protocol::RefusalReason::kWorkspaceSetupFailed, "a job or another prepare is using this workspace; try again when it ends");
-  }
+  if (auto used = in_use_refusal(caller, t->key)) return refuse(used->reason, used->detail);
   ++busy_[id_key(caller, t->key)];
   const std::string mirror = mirror_path(caller, t->repository_root);
   {
@@ -328,10 +326,7 @@ void Workspaces::finish(uint64_t session, const std::string& caller, const proto
 void Workspaces::ingest_bundle(const std::string& caller, std::shared_ptr<Transfer> shared, std::string commit,
                                std::string mirror, std::shared_ptr<UniqueFd> bundle, Reply reply) {
   // However the prepare ends, the mirror is free again once it has answered.
-  reply = [this, alive = alive_, mirror, inner = std::move(reply)](Expected<std::string> result) {
-    inner(std::move(result));
-    if (*alive) release_mirror(mirror);
-  };
+  reply = releasing_mirror(mirror, std::move(reply));
   use_mirror(mirror, [this, alive = alive_, shared, commit, mirror, caller, bundle, reply = std::move(reply)]() mutable {
     struct stat mirror_head {};
     const bool mirror_exists = ::stat((mirror + "/HEAD").c_str(), &mirror_head) == 0;

@@ -200,6 +200,10 @@ class Workspaces {
   void maintain_mirror(const std::string& mirror);
   size_t mirror_pack_count(const std::string& mirror) const;
   void remove_mirror_files(const std::string& path);
+  // The refusal of a prepare while a job of the workspace runs or another prepare updates it.
+  std::optional<Refusal> in_use_refusal(const std::string& caller, const std::string& key) const;
+  // `reply`, then the mirror released (use_mirror): however a prepare that holds it ends.
+  Reply releasing_mirror(const std::string& mirror, Reply reply);
   // A prepare of a tree another workspace of the caller's repository has: checked out to that
   // workspace's commit, no bundle. False: there is none (the reply is untouched).
   bool prepare_from_sibling(const std::string& caller, const protocol::WorkspaceParams& p, const std::string& mirror,

@@ -197,10 +197,9 @@ TEST_F(CacheFill, a_new_workspace_starts_from_the_published_warm_target_and_its_
   auto old = run_in_clone("cat target/own && test ! -e target/debug && echo untouched");
   EXPECT_EQ(old.out, "mine\nuntouched\n") << old.err;
   // The two new workspaces were handed the warm target (the metric of docs/compile-cache.md).
-  RawClient c(runner_->socket());
-  const std::string metrics = json_field(call_method(c, 2, "runner.status", R"({"metrics":true})"), "/result/metrics");
-  EXPECT_NE(metrics.find("motor_cache_warm_target_hits_total 2\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("motor_cache_warm_spares_total{event=\"made\"} 0\n"), std::string::npos) << metrics;
+  const std::string shown = metrics();
+  EXPECT_NE(shown.find("motor_cache_warm_target_hits_total 2\n"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("motor_cache_warm_spares_total{event=\"made\"} 0\n"), std::string::npos) << shown;
 }
 
 // With spares (the default): once the host is quiet after the fill, a copy of the warm target is
