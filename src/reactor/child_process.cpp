@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "reactor/slow_call.hpp"
+#include "reactor/iteration_budget.hpp"
 
 namespace motor::reactor {
 namespace {
@@ -141,8 +142,10 @@ struct ChildProcess::Watch {
     pending = 1;
     step();
   }
-  // An adopted child's pidfd became readable.
+  // An adopted child's pidfd became readable. Past the iteration's budget the exit is taken
+  // in a later iteration: the pidfd stays readable until it is reaped.
   void reap() {
+    if (IterationBudget::defer()) return;
     if (before_reap) {
       siginfo_t peek{};
       if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &peek, WEXITED | WNOHANG | WNOWAIT) == 0 &&

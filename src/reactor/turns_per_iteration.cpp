@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "reactor/iteration_budget.hpp"
+
 namespace motor::reactor {
 
 TurnsPerIteration::TurnsPerIteration(uv_loop_t* loop, size_t turns) : turns_(turns), left_(turns) {
@@ -24,6 +26,7 @@ TurnsPerIteration::TurnsPerIteration(uv_loop_t* loop, size_t turns) : turns_(tur
 bool TurnsPerIteration::take() {
   if (!capped()) return true;
   if (left_ == 0 || (!waiters_.empty() && !resuming_)) return false;
+  if (IterationBudget::defer()) return false;  // the iteration's budget is spent: a later one
   --left_;
   return true;
 }
@@ -47,7 +50,7 @@ void TurnsPerIteration::on_idle() {
   // Each waiter resumed takes a turn (or has nothing left to do); one that runs out waits again,
   // behind the others. The iteration's turns left over from its poll are the ones used here.
   resuming_ = true;
-  for (size_t n = waiters_.size(); n > 0 && left_ > 0 && !waiters_.empty(); --n) {
+  for (size_t n = waiters_.size(); n > 0 && left_ > 0 && !waiters_.empty() && !IterationBudget::exhausted(); --n) {
     auto resume = std::move(waiters_.front());
     waiters_.pop_front();
     resume();

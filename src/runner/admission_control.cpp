@@ -1,6 +1,7 @@
 #include "runner/admission_control.hpp"
 
 #include "base/log.hpp"
+#include "reactor/iteration_budget.hpp"
 
 namespace motor::runner {
 namespace {
@@ -81,9 +82,11 @@ void Admission::expire() {
   if (queue_.empty()) uv_timer_stop(queue_timer_.get());
 }
 
-// One job per call, and one call per loop iteration (the idle handle): a Linux job's cgroup is
-// made on the loop as it starts (LinuxExecution::start), and this bounds that work per iteration.
+// One job per call, at most one call per loop iteration (the idle handle), and none in an
+// iteration that has spent its budget on other heavy steps (reactor::IterationBudget): a start is
+// 0.1-0.5 ms of the loop (the workspace directory, the policy, the starter's request).
 void Admission::start_next() {
+  if (reactor::IterationBudget::defer()) return;  // the idle handle stays active: a later iteration
   // A job whose workspace is busy (a prepare or the scan after a job of it runs) waits without
   // holding up other workspaces' jobs; otherwise FIFO: the first such job waits for room and
   // nothing jumps ahead of it.

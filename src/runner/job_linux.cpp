@@ -68,14 +68,16 @@ Status LinuxExecution::start(sandbox::CgroupDriver& cgroups, sandbox::Starter& s
   // made by the job starter in its own process just before its clone: the loop only sends the
   // request, and takes the cgroup by name when the answer comes (on_spawned). No round trip is
   // added, as one to libuv's pool would (about 0.6 ms per start: bench/README.md, session 16).
-  if (!pooled && starter.makes_cgroups()) {
+  // A sandbox built ahead is moved into the cgroup the starter makes the same way, before it
+  // mounts the workspace in (adopt_sandbox).
+  if (starter.makes_cgroups()) {
     cgroups_ = &cgroups;
     cgroup_request_ = sandbox::CgroupRequest{launch_.cgroup_name, limits};
     starter_makes_cgroup_ = true;
+    if (pooled) return take_over(starter, std::move(pooled));
     return spawn(starter, box);
   }
-  // A sandbox built ahead is moved into the cgroup by the starter, which needs it made: here, on
-  // the loop, as for a starter that cannot make one (admission's one start per loop iteration
+  // A starter that cannot make one: here, on the loop (admission's one start per loop iteration
   // bounds it: Admission::start_next).
   auto cg = [&] {
     reactor::SlowCall timed("creating a job cgroup");
@@ -119,7 +121,8 @@ void LinuxExecution::bind_pooled(sandbox::Starter& starter) {
   // reaches it) and mounts the workspace in. Until it answers the gate stays shut, and open (a
   // kill closes it only then): motor-init cannot exit, so its pid names no other process.
   std::weak_ptr<char> alive = alive_;
-  starter.adopt_sandbox(child_->pid(), child_->mount_ns(), cgroup_.get(), late_binds_, [this, alive](Status mounted) {
+  const sandbox::CgroupRequest* make = starter_makes_cgroup_ ? &cgroup_request_ : nullptr;
+  starter.adopt_sandbox(child_->pid(), child_->mount_ns(), cgroup_.get(), make, late_binds_, [this, alive](Status mounted) {
     if (!alive.expired()) on_late_binds(std::move(mounted));
   });
 }
@@ -128,7 +131,10 @@ void LinuxExecution::on_late_binds(Status mounted) {
   late_binds_pending_ = false;
   auto exit = std::move(exit_before_binds_);
   exit_before_binds_.reset();
-  if (!mounted && !exit && !kill_issued_) {
+  // A cgroup the starter was to make is ours by name once it answered; after a failure it may
+  // not exist, and then nothing of the job is in one: its start failed, whatever came meanwhile.
+  if (!mounted) take_cgroup_left_by_starter();
+  if (!mounted && ((!exit && !kill_issued_) || !cgroup_)) {
     child_.reset();  // killed (it is in the job's cgroup, which goes too), and reaped on the loop
     pooled_gate_.reset();
     return on_start_failed("making the sandbox built ahead the job's: " + mounted.error().message);
@@ -229,7 +235,11 @@ void LinuxExecution::on_spawned(pid_t pid) {
     }
     cgroup_ = std::move(*made);
   }
-  if (auto s = output_.start(std::move(out_read_), std::move(err_read_)); !s) {
+  if (auto s = [&] {
+        reactor::SlowCall timed_output("watching the job's output", reactor::SlowCall::kTraceOnly);
+        return output_.start(std::move(out_read_), std::move(err_read_));
+      }();
+      !s) {
     // Unwatched, the job could not be followed: it is killed and refused.
     log_error("job {}: could not watch it: {}", launch_.job_id, s.error().message);
     output_.abandon();
@@ -278,6 +288,7 @@ void LinuxExecution::on_exit(sandbox::SandboxedExit exit) {
 }
 
 void LinuxExecution::watch_oom() {
+  reactor::SlowCall timed("watching the job's OOM kills", reactor::SlowCall::kTraceOnly);
   auto watch = cgroup_->watch_oom();
   if (!watch) {
     log("no live OOM watcher (" + watch.error().message + "); an OOM kill is found at exit only");

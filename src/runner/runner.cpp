@@ -59,6 +59,21 @@ int64_t host_memory_bytes() {
   return 0;
 }
 
+// The busy time after which a loop iteration leaves its further heavy steps (a job's start or
+// end, the job starter's answer, a request) to the next ones (reactor/iteration_budget.hpp): on
+// a loaded 2-CPU host a piece of 200 us of CPU took at most about 2 ms of wall time during a
+// burst of starts, 500 us up to 4.5 ms (bench/README.md). MOTOR_LOOP_BUDGET_US overrides it for
+// the benchmarks (0: no budget).
+constexpr uint64_t kLoopStepBudgetUs = 250;
+
+uint64_t loop_step_budget_us() {
+  const char* set = std::getenv("MOTOR_LOOP_BUDGET_US");
+  if (!set || *set == '\0') return kLoopStepBudgetUs;
+  char* end = nullptr;
+  const unsigned long long us = std::strtoull(set, &end, 10);
+  return end && *end == '\0' ? us : kLoopStepBudgetUs;
+}
+
 }  // namespace
 
 Runner::Runner(uv_loop_t* loop, config::Config config)
@@ -66,6 +81,7 @@ Runner::Runner(uv_loop_t* loop, config::Config config)
       config_(std::move(config)),
       cgroup_reaper_(loop),
       stall_(loop),
+      step_budget_(loop, loop_step_budget_us()),
       notifier_(loop),
       parser_(std::make_unique<simdjson::dom::parser>(protocol::kMaxFrameBytes)),
       admission_(loop, static_cast<size_t>(config_.max_queued_jobs), *this) {

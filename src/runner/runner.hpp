@@ -17,6 +17,7 @@
 #include "motor/unique_fd.hpp"
 #include "protocol/messages.hpp"
 #include "reactor/stall_meter.hpp"
+#include "reactor/iteration_budget.hpp"
 #include "reactor/turns_per_iteration.hpp"
 #include "reactor/uv_handle.hpp"
 #include "runner/admission.hpp"
@@ -286,6 +287,7 @@ class Runner : public JobHost, private AdmissionHost {
   // job_backend = systemd only; before jobs_, so its bus outlives their units' executions.
   std::unique_ptr<SystemdUnits> systemd_units_;
   reactor::StallMeter stall_;
+  reactor::IterationBudget step_budget_;  // spreads a burst's starts, ends and requests over iterations
   SystemdNotifier notifier_;
   std::unique_ptr<simdjson::dom::parser> parser_;  // (by pointer: simdjson_fwd.hpp)
   MethodTable methods_;

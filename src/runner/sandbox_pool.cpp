@@ -121,7 +121,7 @@ void SandboxPool::prove(uint64_t id) {
   proof_ = Proof::kAsked;
   std::weak_ptr<char> alive = alive_;
   const auto& child = entries_.at(id).child;
-  starter_.adopt_sandbox(child->pid(), child->mount_ns(), nullptr, {}, [this, alive](Status s) {
+  starter_.adopt_sandbox(child->pid(), child->mount_ns(), nullptr, nullptr, {}, [this, alive](Status s) {
     if (alive.expired()) return;
     if (!s) {
       proof_ = Proof::kNone;

@@ -25,6 +25,8 @@
 #include "sandbox/cgroup_reaper.hpp"
 #include "sandbox/netns_pool.hpp"
 #include "sandbox/sandbox_codec.hpp"
+#include "reactor/iteration_budget.hpp"
+#include "reactor/slow_call.hpp"
 
 namespace motor::sandbox {
 namespace {
@@ -70,6 +72,23 @@ void decode_cgroup_fds(WireReader& r, CgroupFds& c) {
   c.clone_into = r.num() != 0;
 }
 
+// A cgroup the helper is to make: its name ("" for none) and limits.
+void encode_cgroup_request(WireWriter& w, const CgroupRequest* make) {
+  const CgroupRequest none;
+  const CgroupRequest& m = make ? *make : none;
+  w.str(m.name);
+  w.num(static_cast<uint64_t>(m.limits.memory_bytes));
+  w.num(static_cast<uint64_t>(m.limits.pids_max));
+  w.str(m.limits.cpus);
+}
+
+void decode_cgroup_request(WireReader& r, CgroupRequest& m) {
+  m.name = r.str();
+  m.limits.memory_bytes = static_cast<int64_t>(r.num());
+  m.limits.pids_max = static_cast<int64_t>(r.num());
+  m.limits.cpus = r.str();
+}
+
 // The helper's view of the cgroup whose fds begin at `fds[first]`.
 PassedCgroup passed_cgroup(const std::vector<UniqueFd>& fds, size_t first, CgroupFds c) {
   std::vector<int> attach;
@@ -86,12 +105,7 @@ std::string encode_request(const SandboxConfig& box, const SpawnSpec& spec, Cgro
   encode_sandbox_config(w, box);
   encode_spawn_spec(w, spec);
   encode_cgroup_fds(w, cgroup);
-  const CgroupRequest none;
-  const CgroupRequest& make = spec.make_cgroup ? *spec.make_cgroup : none;
-  w.str(make.name);
-  w.num(static_cast<uint64_t>(make.limits.memory_bytes));
-  w.num(static_cast<uint64_t>(make.limits.pids_max));
-  w.str(make.limits.cpus);
+  encode_cgroup_request(w, spec.make_cgroup);
   return std::move(w.bytes());
 }
 
@@ -106,23 +120,22 @@ bool decode_request(const std::string& body, Request& q) {
   WireReader r(body);
   if (!decode_sandbox_config(r, q.box) || !decode_spawn_spec(r, q.spec)) return false;
   decode_cgroup_fds(r, q.cgroup);
-  q.make_cgroup.name = r.str();
-  q.make_cgroup.limits.memory_bytes = static_cast<int64_t>(r.num());
-  q.make_cgroup.limits.pids_max = static_cast<int64_t>(r.num());
-  q.make_cgroup.limits.cpus = r.str();
+  decode_cgroup_request(r, q.make_cgroup);
   return r.ok() && r.at_end();
 }
 
 struct AdoptRequest {
   pid_t pid = -1;
   CgroupFds cgroup;
+  CgroupRequest make_cgroup;  // name "": the cgroup came as fds, or none
   std::vector<LateBind> binds;
 };
 
-std::string encode_adopt(pid_t pid, CgroupFds cgroup, const std::vector<LateBind>& binds) {
+std::string encode_adopt(pid_t pid, CgroupFds cgroup, const CgroupRequest* make, const std::vector<LateBind>& binds) {
   WireWriter w;
   w.num(static_cast<uint64_t>(pid));
   encode_cgroup_fds(w, cgroup);
+  encode_cgroup_request(w, make);
   w.num(binds.size());
   for (const LateBind& b : binds) {
     w.str(b.source);
@@ -136,6 +149,7 @@ bool decode_adopt(const std::string& body, AdoptRequest& q) {
   WireReader r(body);
   q.pid = static_cast<pid_t>(r.num());
   decode_cgroup_fds(r, q.cgroup);
+  decode_cgroup_request(r, q.make_cgroup);
   const uint64_t count = r.num();
   if (!r.ok() || count > kMaxFds || q.cgroup.attach > kMaxFds) return false;
   q.binds.resize(count);
@@ -238,6 +252,19 @@ Expected<std::unique_ptr<JobCgroup>> make_requested(CgroupDriver* cgroups, const
   return made;
 }
 
+// In the helper: the cgroup a request asks for (a name), made into `made`; false once the
+// failure is answered.
+bool make_asked(int sock, CgroupDriver* cgroups, const CgroupRequest& request, std::unique_ptr<JobCgroup>& made) {
+  if (request.name.empty()) return true;
+  auto created = make_requested(cgroups, request);
+  if (!created) {
+    reply_error(sock, created.error().message);
+    return false;
+  }
+  made = std::move(*created);
+  return true;
+}
+
 // The job cgroup the helper made for one spawn. The helper never destroys an owned JobCgroup:
 // its destructor would hand a busy one to the runner's reaper, a loop object this process only
 // has a copy of. Made and spawned: disowned (the runner opens it by name); made and failed:
@@ -283,14 +310,21 @@ void let_go(std::unique_ptr<JobCgroup>& made, bool spawned) {
     const uint64_t received_ns = monotonic_ns();
     if (word == kAdoptRequest) {
       AdoptRequest a;
-      if (!decode_adopt(body, a) || fds.size() != 1 + a.cgroup.count()) {
+      if (!decode_adopt(body, a) || fds.size() != 1 + a.cgroup.count() ||
+          (!a.make_cgroup.name.empty() && a.cgroup.count() != 0)) {
         reply_error(sock, "job starter: malformed request");
         continue;
       }
+      // A cgroup made here is the runner's by its name from the moment it exists, whatever
+      // follows (it opens it by name, or finds it when the adoption failed): never removed here.
+      std::unique_ptr<JobCgroup> made;
+      if (!make_asked(sock, cgroups, a.make_cgroup, made)) continue;
       // Into the job's cgroup first: from then on its limits hold and its kill reaches it.
-      PassedCgroup cgroup = passed_cgroup(fds, 1, a.cgroup);
-      if (auto s = cgroup.adopt(a.pid); !s) {
-        reply_error(sock, s.error().message);
+      PassedCgroup passed = passed_cgroup(fds, 1, a.cgroup);
+      auto adopted = made ? made->adopt(a.pid) : passed.adopt(a.pid);
+      let_go(made, true);
+      if (!adopted) {
+        reply_error(sock, adopted.error().message);
         continue;
       }
       const char* stage = "";
@@ -315,14 +349,7 @@ void let_go(std::unique_ptr<JobCgroup>& made, bool spawned) {
     }
     PassedCgroup cgroup = passed_cgroup(fds, 3, q.cgroup);
     std::unique_ptr<JobCgroup> made;
-    if (!q.make_cgroup.name.empty()) {
-      auto created = make_requested(cgroups, q.make_cgroup);
-      if (!created) {
-        reply_error(sock, created.error().message);
-        continue;
-      }
-      made = std::move(*created);
-    }
+    if (!make_asked(sock, cgroups, q.make_cgroup, made)) continue;
     if (q.box.network) use_egress_namespace(*q.box.network, fds[3 + q.cgroup.count()].get());
     q.spec.stdin_fd = fds[0].get();
     q.spec.stdout_fd = fds[1].get();
@@ -446,14 +473,16 @@ void JobStarter::spawn(const SandboxConfig& box, const SpawnSpec& spec, Done don
   done(std::move(spawned));
 }
 
-void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
-                               std::function<void(Status)> done) {
+void JobStarter::adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const CgroupRequest* make_cgroup,
+                               const std::vector<LateBind>& binds, std::function<void(Status)> done) {
   if (!running()) return done(make_error("io", "the job starter is not running"));
   if (mount_ns < 0) return done(make_error("io", "the sandbox sent no mount namespace"));
+  if (cgroup && make_cgroup) return done(make_error("internal", "a sandbox is adopted into one cgroup"));
+  if (make_cgroup && !cgroups_) return done(make_error("internal", "no cgroup driver to make the job's cgroup with"));
   std::vector<int> fds = {mount_ns};
   const CgroupFds passed = append_cgroup_fds(cgroup, fds);
   if (fds.size() > kMaxFds) return done(make_error("internal", "too many fds for the job starter"));
-  if (!send_message(sock_.get(), kAdoptRequest, encode_adopt(pid, passed, binds), fds)) {
+  if (!send_message(sock_.get(), kAdoptRequest, encode_adopt(pid, passed, make_cgroup, binds), fds)) {
     const std::string why = std::strerror(errno);
     fail_all("the job starter is gone: " + why);
     return done(make_error("io", "the job starter is gone: " + why));
@@ -478,6 +507,9 @@ Status JobStarter::send_request(const SandboxConfig& box, const SpawnSpec& spec)
 }
 
 void JobStarter::on_reply() {
+  // Past the iteration's budget the answer (and the job's spawn it completes) waits for a later
+  // iteration: the socket stays readable.
+  if (reactor::IterationBudget::defer()) return;
   uint32_t word = 0;
   std::string body;
   std::vector<UniqueFd> got;
@@ -487,6 +519,7 @@ void JobStarter::on_reply() {
     return fail_all("the job starter closed its socket");
   }
   if (waiting_.empty()) return fail_all("the job starter answered a request it was not sent");
+  reactor::SlowCall timed("the job starter's answer", reactor::SlowCall::kTraceOnly);
   Answer answer = std::move(waiting_.front());
   waiting_.pop_front();
   answer(word, std::move(body), std::move(got));

@@ -56,11 +56,11 @@ class JobStarter final : public Starter {
   // runs on the loop when the helper answers, once the job has exec'd or failed to set up.
   // Without the helper, in process and at once. Errors name the failed step.
   void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) override;
-  // The helper writes the pid into the cgroup's cgroup.procs files (their fds passed) and
-  // setns()es into the sandbox's mount namespace and back (late_binds.hpp). Without the helper
-  // it fails at once.
-  void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
-                     std::function<void(Status)> done) override;
+  // The helper writes the pid into the cgroup's cgroup.procs files (their fds passed, or the
+  // cgroup made there first: `make_cgroup`) and setns()es into the sandbox's mount namespace and
+  // back (late_binds.hpp). Without the helper it fails at once.
+  void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const CgroupRequest* make_cgroup,
+                     const std::vector<LateBind>& binds, std::function<void(Status)> done) override;
 
   // Ends the helper (its pooled namespaces go with it). Waiting requests are dropped.
   void stop();

@@ -41,7 +41,8 @@ Expected<SpawnedProcess> SandboxedSpawn::run(const SandboxConfig& box, SpawnSpec
   return spawned;
 }
 
-void Starter::adopt_sandbox(pid_t, int, const JobCgroup*, const std::vector<LateBind>&, std::function<void(Status)> done) {
+void Starter::adopt_sandbox(pid_t, int, const JobCgroup*, const CgroupRequest*, const std::vector<LateBind>&,
+                            std::function<void(Status)> done) {
   done(make_error("internal", "only the job starter's helper process can mount into a waiting sandbox"));
 }
 

@@ -24,13 +24,15 @@ class Starter {
   virtual void spawn(const SandboxConfig& box, const SpawnSpec& spec, Done done) = 0;
   // It honours SpawnSpec::make_cgroup (the job starter given the runner's CgroupDriver).
   virtual bool makes_cgroups() const { return false; }
-  // Makes a sandbox built ahead a job's: moves its motor-init (`pid`) into `cgroup` (null: it
+  // Makes a sandbox built ahead a job's: moves its motor-init (`pid`) into `cgroup`, or into one
+  // the starter makes first (`make_cgroup`, where makes_cgroups(): the caller then takes it by
+  // name, CgroupDriver::known once `done` says ok, CgroupDriver::open if it failed; both null: it
   // stays where it is) and attaches `binds` (late_binds.hpp) inside its mount namespace
   // `mount_ns` (SpawnedProcess::mount_ns). `done` runs once, on the loop or before this returns.
   // Off the loop: a cgroup.procs write waits for the cgroup core's lock (an RCU grace period
   // when it is contended), and setns needs a single-threaded process. The base class fails at once.
-  virtual void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const std::vector<LateBind>& binds,
-                             std::function<void(Status)> done);
+  virtual void adopt_sandbox(pid_t pid, int mount_ns, const JobCgroup* cgroup, const CgroupRequest* make_cgroup,
+                             const std::vector<LateBind>& binds, std::function<void(Status)> done);
 };
 
 // Plans, builds the hooks and spawns in this process. Plan and hooks live as long as this

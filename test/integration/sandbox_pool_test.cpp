@@ -189,7 +189,7 @@ class SandboxPool : public ::testing::Test {
  protected:
   void SetUp() override {
     MOTOR_REQUIRE(geteuid() == 0, "integration tests run real jobs and need root");
-    runner_ = std::make_unique<RunnerProcess>("sandbox_pool_size = 1\n");
+    runner_ = std::make_unique<RunnerProcess>("sandbox_pool_size = 1\npids_max = 321\ndefault_memory = 300M\n");
     ASSERT_TRUE(runner_->start()) << runner_->log();
   }
   void TearDown() override {
@@ -241,8 +241,9 @@ TEST_F(SandboxPool, EachSandboxServesOneJob) {
   EXPECT_NE(second.out.find("\n0\n"), std::string::npos) << second.out;
 }
 
-// The sandbox was built in the pool's cgroup: every process of the job must be in the job's own,
-// in every hierarchy, or its limits and its kill would not reach it.
+// The sandbox was built in the pool's cgroup: every process of the job must be in the job's own
+// (made by the job starter, with the job's limits), in every hierarchy, or its limits and its
+// kill would not reach it; once the job has ended its cgroup is gone.
 TEST_F(SandboxPool, AJobsProcessesAreInTheJobsCgroupEverywhere) {
   ASSERT_TRUE(wait_until_ready()) << runner_->log();
   const uint64_t before = started_in_pool();
@@ -272,7 +273,22 @@ TEST_F(SandboxPool, AJobsProcessesAreInTheJobsCgroupEverywhere) {
     }
     EXPECT_GE(lines, 1);
   }
+  const std::string job_cgroup = "/" + runner_->cgroup_parent() + "/job-" + job_id;
+  for (const auto& [control, limit] : {std::pair{"pids.max", "321"}, {"memory.limit_in_bytes", "314572800"},
+                                       {"memory.max", "314572800"}}) {
+    for (const auto& path : glob_paths("/sys/fs/cgroup/*" + job_cgroup + "/" + control)) {
+      EXPECT_EQ(read_file(path), std::string(limit) + "\n") << path;
+    }
+  }
+  EXPECT_FALSE(glob_paths("/sys/fs/cgroup/*" + job_cgroup + "/pids.max").empty() &&
+               glob_paths("/sys/fs/cgroup" + job_cgroup + "/pids.max").empty())
+      << "the job's cgroup has no pids limit";
   c.send_frame(fmt::format(R"({{"id":2,"method":"exec.cancel","params":{{"job_id":"{}"}}}})", job_id));
+  while (auto frame = c.read_frame()) {
+    if (json_field(*frame, "/type") == "terminal") break;
+  }
+  EXPECT_TRUE(glob_paths("/sys/fs/cgroup/*" + job_cgroup).empty() && glob_paths("/sys/fs/cgroup" + job_cgroup).empty())
+      << "the job's cgroup outlived its terminal record";
 }
 
 TEST_F(SandboxPool, NothingIsLeftOnceTheRunnerStops) {
