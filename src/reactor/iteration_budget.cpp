@@ -29,12 +29,13 @@ IterationBudget::~IterationBudget() {
 void IterationBudget::on_prepare() {
   mark_ns_ = uv_hrtime();
   mark_idle_ns_ = uv_metrics_idle_time(loop_);
-  stepped_before_ = steps_ > 0;
+  starved_ = steps_ == 0 && left_ > 0;
   steps_ = 0;
+  left_ = 0;
 }
 
 bool IterationBudget::spent() {
-  if ((steps_ == 0 && !stepped_before_) || mark_ns_ == 0) return false;
+  if ((steps_ == 0 && starved_) || mark_ns_ == 0) return false;
   // Busy since the last prepare: the wall time less what the poll waited (libuv counts that).
   const uint64_t wall = uv_hrtime() - mark_ns_;
   const uint64_t waited = uv_metrics_idle_time(loop_) - mark_idle_ns_;
@@ -46,6 +47,7 @@ bool IterationBudget::defer() {
   if (!b) return false;
   if (b->spent()) {
     ++b->deferred_;
+    ++b->left_;
     return true;
   }
   ++b->steps_;

@@ -2,11 +2,12 @@
 // the job starter's answer, a client's request. Each such step begins with `defer()`: once the
 // iteration (as the stall meter counts it, poll to poll) has run one step and been busy for the
 // budget, the rest wait for the next iterations instead of lengthening this one. An iteration
-// busy for the budget with other work (output, a job's records, a save) may leave its first step
-// too, but only if the iteration before it took one: at least every other iteration takes a
-// step, so nothing starves. A step waits where it is: a level-triggered fd left unread stays
-// ready (the next poll returns at once), an idle handle stays active. No step is lost or
-// reordered among its own kind. One budget per loop thread (the runner's).
+// busy for the budget with other work (output, a job's records, a save) leaves its first step
+// too, unless the iteration before it left one and took none: at least every other iteration
+// takes a step while steps wait, so nothing starves. A step waits where it is: a
+// level-triggered fd left unread stays ready (the next poll returns at once), an idle handle
+// stays active. No step is lost or reordered among its own kind. One budget per loop thread
+// (the runner's). A job's end (LinuxExecution::maybe_end) is a step too.
 #pragma once
 
 #include <uv.h>
@@ -44,7 +45,8 @@ class IterationBudget {
   uint64_t mark_ns_ = 0;       // the last prepare (right before the poll)
   uint64_t mark_idle_ns_ = 0;  // libuv's idle time then
   uint64_t steps_ = 0;         // steps taken since
-  bool stepped_before_ = true;  // the iteration before took a step
+  uint64_t left_ = 0;          // steps left for later since
+  bool starved_ = false;       // the iteration before left a step and took none
   uint64_t deferred_ = 0;
   UvHandle<uv_prepare_t> prepare_;
 };

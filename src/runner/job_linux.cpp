@@ -17,6 +17,7 @@
 #include "sandbox/cgroup_reaper.hpp"
 #include "sandbox/cgroup_usage.hpp"
 #include "sandbox/pipestatus.hpp"
+#include "reactor/iteration_budget.hpp"
 
 namespace motor::runner {
 namespace {
@@ -445,11 +446,34 @@ void LinuxExecution::check_empty() {
 
 void LinuxExecution::maybe_end() {
   // Not while a kill is on the pool: the job's end releases the cgroup that kill still uses.
-  if (ended_ || !exited_ || !cgroup_empty_ || kill_in_flight_ || !output_.drained()) return;
+  if (ended_ || !exited_ || !cgroup_empty_ || kill_in_flight_ || !output_.drained()) {
+    end_later_.close();  // what it waits for calls again: a put-off end does not poll for it
+    return;
+  }
+  // The end is a step of its own (reactor::IterationBudget): past the iteration's budget (a
+  // burst's exits read in one poll) it comes in a later iteration, from an idle handle.
+  if (reactor::IterationBudget::defer() && end_later()) return;
+  end_later_.close();
   ended_ = true;
   reactor::SlowCall timed("the end of a job's execution", reactor::SlowCall::kTraceOnly);
   empty_poll_.close();
-  sink_.execution_ended(end_state());
+  sink_.execution_ended(end_state());  // may destroy this
+}
+
+bool LinuxExecution::end_later() {
+  if (end_later_.live()) return true;  // armed: it calls maybe_end again
+  int rc = end_later_.init(this, uv_idle_init, loop_);
+  if (rc == 0) {
+    rc = uv_idle_start(end_later_.get(), [](uv_idle_t* h) {
+      if (auto* self = reactor::owner_of<LinuxExecution>(h)) self->maybe_end();
+    });
+  }
+  if (auto s = reactor::uv_status(rc, "the idle handle that puts a job's end off"); !s) {
+    end_later_.close();
+    log(s.error().message + "; the job ends now");  // without it the end is not put off
+    return false;
+  }
+  return true;
 }
 
 ExecutionEnd LinuxExecution::end_state() {

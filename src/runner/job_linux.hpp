@@ -75,6 +75,8 @@ class LinuxExecution : public Execution {
   void kill_failed(const std::string& why);
   void check_empty();
   void maybe_end();
+  // Arms end_later_ (false if it cannot be: the end is then not put off).
+  bool end_later();
   ExecutionEnd end_state();
   void log(const std::string& line) const;
 
@@ -115,6 +117,7 @@ class LinuxExecution : public Execution {
   int leftover_polls_ = 0;    // test build ("cgroup-kill"): polls of a cgroup the runner does not kill
   int unreadable_polls_ = 0;  // consecutive polls that could not read the cgroup's state
   reactor::UvHandle<uv_timer_t> empty_poll_;   // cgroup emptiness after a kill
+  reactor::UvHandle<uv_idle_t> end_later_;     // the end, past the loop iteration's budget
   std::optional<sandbox::OomWatch> oom_watch_;  // live OOM watcher; the exit-time read confirms
   reactor::UvHandle<uv_poll_t> oom_poll_;
   reactor::UvHandle<uv_timer_t> oom_recheck_;  // v1 wakes before the killer has chosen

@@ -18,7 +18,7 @@ namespace {
 constexpr int kSteps = 3;
 
 class CoreIterationBudget : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     ASSERT_EQ(meter_.init(this, uv_prepare_init, &loop_), 0);
@@ -91,6 +91,32 @@ TEST_F(CoreIterationBudget, StepsReadyAtOnceRunOnePerIterationOnceEachSpendsTheB
   EXPECT_EQ(done_, kSteps) << "a step that waited was lost";
   EXPECT_EQ(per_iteration_, (std::vector<int>{1, 1, 1})) << "an iteration ran a step past its budget";
   EXPECT_EQ(IterationBudget::deferred_total(), 3u) << "two wait in the first iteration, one in the second";
+}
+
+// Other work (a check handle here, as the runner's save) spends the budget before the step (an
+// idle handle, as admission's start) in every iteration: the step is left once, then taken.
+TEST_F(CoreIterationBudget, AStepLeftByAnIterationBusyWithOtherWorkIsTakenInTheNext) {
+  budget_ = std::make_unique<IterationBudget>(&loop_, 1000);
+  UvHandle<uv_check_t> other;
+  UvHandle<uv_idle_t> stepper;
+  ASSERT_EQ(other.init(this, uv_check_init, &loop_), 0);
+  ASSERT_EQ(uv_check_start(other.get(), [](uv_check_t*) {
+    const uint64_t until = uv_hrtime() + kWorkUs * 1000;
+    while (uv_hrtime() < until) {
+    }
+  }), 0);
+  ASSERT_EQ(stepper.init(this, uv_idle_init, &loop_), 0);
+  ASSERT_EQ(uv_idle_start(stepper.get(), [](uv_idle_t* h) {
+    auto* self = owner_of<CoreIterationBudget>(h);
+    if (IterationBudget::defer()) return;
+    ++self->taken_now_;
+    if (++self->done_ == kSteps) uv_idle_stop(h);
+  }), 0);
+  int iterations = 0;
+  for (; iterations < 20 && done_ < kSteps; ++iterations) uv_run(&loop_, UV_RUN_NOWAIT);
+  EXPECT_EQ(done_, kSteps) << "the step starved behind the other work";
+  EXPECT_LE(iterations, 2 * kSteps + 1) << "a step waited more than one iteration";
+  EXPECT_GE(IterationBudget::deferred_total(), 1u);
 }
 
 TEST_F(CoreIterationBudget, WithoutABudgetEveryReadyStepRunsAtOnce) {
