@@ -187,6 +187,16 @@ void Workspaces::prepare_to_commit(const std::string& caller, const protocol::Wo
     return refuse(protocol::RefusalReason::kSnapshotFailed, "the runner holds no snapshot of this repository yet: its commits arrive in a bundle "
                                      "(workspace.prepare with tree_hash), sent by the caller's local side");
   }
+  // The mirror is held from the commit's lookup until the checkout has answered: a collection
+  // meanwhile (another prepare's release) would prune a commit no record names yet.
+  Reply released = releasing_mirror(mirror, std::move(reply));
+  use_mirror(mirror, [this, caller, p, mirror, transfer_id = std::move(transfer_id), reply = std::move(released)]() mutable {
+    find_commit_and_check_out(caller, p, mirror, std::move(transfer_id), std::move(reply));
+  });
+}
+
+void Workspaces::find_commit_and_check_out(const std::string& caller, const protocol::WorkspaceParams& p,
+                                           const std::string& mirror, std::string transfer_id, Reply reply) {
   ChildSpec spec;
   spec.file = s_.git;
   spec.argv = {s_.git, "--git-dir=" + mirror, "rev-parse", "-q", "--verify", p.base_commit + "^{tree}"};

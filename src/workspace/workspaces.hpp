@@ -211,6 +211,9 @@ class Workspaces {
   // A prepare without tree_hash (exec-remote/v1: base_commit): from the mirror, or snapshot_failed.
   void prepare_to_commit(const std::string& caller, const protocol::WorkspaceParams& p, std::string transfer_id,
                          Reply reply);
+  // prepare_to_commit's part with the mirror held: the commit's tree, then the checkout.
+  void find_commit_and_check_out(const std::string& caller, const protocol::WorkspaceParams& p, const std::string& mirror,
+                                 std::string transfer_id, Reply reply);
   // Updates the workspace to next's commit in the sandbox; `then` gets the stored record.
   using Checked = std::function<void(std::optional<Refusal>, const Record*)>;
   void checkout(const std::string& caller, const std::string& key, Record next, Checked then);

@@ -52,6 +52,31 @@ TEST_F(RunnerWireWorkspace, PrepareWithBaseCommitIsAnsweredAsTheVocabularyDefine
   EXPECT_TRUE(protocol::is_job_id(json_field(r, "/result/transfer_id"))) << r;
 }
 
+// A prepare to a commit holds the mirror until its checkout has answered: the drop of the only
+// workspace that named the commit, sent while the prepare looks the commit up, would otherwise
+// collect the mirror (no record names a commit of it) and the prepare find nothing.
+TEST_F(RunnerWireWorkspace, APrepareToACommitKeepsItsMirrorWhileAnotherWorkspaceOfItIsDropped) {
+  auto bundled = runner_->client_in(repo_, {"workspace", "prepare", "-w", "motor-key", "--json"}, env_);
+  ASSERT_EQ(bundled.exit_code, 0) << runner_->log();
+  const std::string commit = json_field(bundled.out, "/result/commit");
+  ASSERT_TRUE(protocol::is_object_id(commit)) << bundled.out;
+  RawClient preparing(runner_->socket());
+  RawClient dropping(runner_->socket());
+  ASSERT_TRUE(preparing.send_frame(
+      fmt::format(R"({{"id":1,"method":"workspace.prepare","params":{}}})", prepare_params(repo_, commit))));
+  const std::string dropped = call_method(dropping, 2, "workspace.drop", R"({"workspace_key":"motor-key"})");
+  EXPECT_EQ(json_field(dropped, "/error"), "<missing>") << dropped;
+  std::string r;
+  while (auto f = preparing.read_frame()) {
+    if (json_field(*f, "/id") == "1") {
+      r = *f;
+      break;
+    }
+  }
+  EXPECT_EQ(json_field(r, "/result/outcome/type"), "prepared") << r << runner_->log();
+  EXPECT_EQ(read_file(runner_->workspace(repo_) + "/a.txt"), "one\n");
+}
+
 // 10: in a prepared workspace a job that changed nothing reports git_state_changed with equal
 // values (and the other two reports), never null.
 TEST_F(RunnerWireWorkspace, AJobThatChangedNothingReportsItsGitState) {
