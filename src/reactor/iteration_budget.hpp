@@ -10,19 +10,17 @@
 // (the runner's). A job's end (LinuxExecution::maybe_end) is a step too.
 #pragma once
 
-#include <uv.h>
-
 #include <cstdint>
 
-#include "reactor/uv_handle.hpp"
+#include "reactor/stall_meter.hpp"
 
 namespace motor::reactor {
 
 class IterationBudget {
  public:
-  // Enables libuv's idle-time metric (as StallMeter does). `budget_us` 0: no budget, every step
-  // runs at once. Without its prepare handle there is no budget either.
-  IterationBudget(uv_loop_t* loop, uint64_t budget_us);
+  // Reads the iterations and their busy time from `meter` (which must outlive this). `budget_us`
+  // 0: no budget, every step runs at once.
+  IterationBudget(const StallMeter& meter, uint64_t budget_us);
   ~IterationBudget();
   IterationBudget(const IterationBudget&) = delete;
   IterationBudget& operator=(const IterationBudget&) = delete;
@@ -38,17 +36,16 @@ class IterationBudget {
 
  private:
   bool spent();
-  void on_prepare();
+  // Starts the counts afresh once the meter has begun another iteration.
+  void follow_iteration();
 
-  uv_loop_t* loop_;
+  const StallMeter& meter_;
   uint64_t budget_ns_;
-  uint64_t mark_ns_ = 0;       // the last prepare (right before the poll)
-  uint64_t mark_idle_ns_ = 0;  // libuv's idle time then
-  uint64_t steps_ = 0;         // steps taken since
-  uint64_t left_ = 0;          // steps left for later since
-  bool starved_ = false;       // the iteration before left a step and took none
+  uint64_t iteration_ = 0;  // the meter's iteration the counts are of
+  uint64_t steps_ = 0;      // steps taken in it
+  uint64_t left_ = 0;       // steps left for later in it
+  bool starved_ = false;    // the iteration before it left a step and took none
   uint64_t deferred_ = 0;
-  UvHandle<uv_prepare_t> prepare_;
 };
 
 }  // namespace motor::reactor

@@ -39,7 +39,15 @@ void StallMeter::report_trace(uint64_t busy_ns, uint64_t cpu_ns, uint64_t began_
   trace_reporter_(busy_ns / 1000, cpu_ns / 1000, calls.empty() ? std::string("no measured call") : calls);
 }
 
+uint64_t StallMeter::busy_now_ns() const {
+  if (last_ns_ == 0) return 0;
+  const uint64_t wall = uv_hrtime() - last_ns_;
+  const uint64_t waited = uv_metrics_idle_time(loop_) - last_idle_ns_;
+  return wall > waited ? wall - waited : 0;
+}
+
 void StallMeter::on_prepare() {
+  ++iterations_;
   const uint64_t now = uv_hrtime();
   const uint64_t idle = uv_metrics_idle_time(loop_);
   const uint64_t cpu = SlowCall::thread_cpu_ns();

@@ -36,6 +36,11 @@ class StallMeter {
     worst_cpu_ns_ = 0;
     last_ns_ = 0;
   }
+  // Iterations begun (prepares seen) so far, and how long the current one has been busy: the
+  // time since its prepare less what its poll waited (0 before the first prepare, after a reset,
+  // and without the meter's handle). What IterationBudget reads.
+  uint64_t iterations() const { return iterations_; }
+  uint64_t busy_now_ns() const;
 
  private:
   void on_prepare();
@@ -48,6 +53,7 @@ class StallMeter {
   uint64_t last_cpu_ns_ = 0;
   uint64_t worst_ns_ = 0;
   uint64_t worst_cpu_ns_ = 0;
+  uint64_t iterations_ = 0;
   uint64_t trace_ns_ = 0;  // 0: no trace
   TraceReporter trace_reporter_ = nullptr;
 };

@@ -81,7 +81,7 @@ Runner::Runner(uv_loop_t* loop, config::Config config)
       config_(std::move(config)),
       cgroup_reaper_(loop),
       stall_(loop),
-      step_budget_(loop, loop_step_budget_us()),
+      step_budget_(stall_, loop_step_budget_us()),
       notifier_(loop),
       parser_(std::make_unique<simdjson::dom::parser>(protocol::kMaxFrameBytes)),
       admission_(loop, static_cast<size_t>(config_.max_queued_jobs), *this) {
